@@ -1,0 +1,3 @@
+from kprobe_tui.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,128 @@
+"""Where the kernel's files are: live, or captured copies.
+
+Every reader in kprobe-tui goes through a ``KernelSources``: on a live machine it points at the
+mounted tracefs, debugfs, ``/proc/kallsyms`` and ``/sys/kernel/btf``; offline it points at
+captured copies (``--tracefs DIR`` and friends, or a ``kprobe-tui snapshot`` archive).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kprobe_tui.errors import UserError
+from kprobe_tui.kernel.tracefs import Tracefs
+
+DEFAULT_TRACEFS = Path("/sys/kernel/tracing")
+DEFAULT_DEBUGFS = Path("/sys/kernel/debug")
+DEFAULT_KALLSYMS = Path("/proc/kallsyms")
+DEFAULT_BTF_DIR = Path("/sys/kernel/btf")
+
+
+@dataclass
+class KernelSources:
+    """The files every reader uses; ``live`` is False for captured copies (read-only)."""
+
+    tracefs: Path | None
+    debugfs: Path | None
+    kallsyms: Path
+    btf_dir: Path
+    live: bool = True
+    notes: list[str] = field(default_factory=list)
+    btf_name: str = "vmlinux"  # module BTF files sit beside it, named after their module
+
+    @property
+    def btf_vmlinux(self) -> Path:
+        return self.btf_dir / self.btf_name
+
+    @property
+    def blacklist(self) -> Path | None:
+        return self.debugfs / "kprobes" / "blacklist" if self.debugfs else None
+
+    def tracing(self) -> Tracefs:
+        """The tracefs to work in, or a UserError saying why there is none."""
+        if self.tracefs is None:
+            raise UserError(
+                "tracefs is not mounted and could not be mounted",
+                "as root: mount -t tracefs nodev /sys/kernel/tracing",
+            )
+        return Tracefs(self.tracefs, writable=self.live)
+
+
+def _mount_points(mounts_file: Path = Path("/proc/mounts")) -> dict[str, Path]:
+    """First mount point of each of tracefs and debugfs, from /proc/mounts."""
+    found: dict[str, Path] = {}
+    try:
+        text = mounts_file.read_text()
+    except OSError:
+        return found
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[2] in ("tracefs", "debugfs"):
+            found.setdefault(parts[2], Path(parts[1].replace("\\040", " ")))
+    return found
+
+
+def _try_mount(fstype: str, target: Path) -> str | None:
+    """Mount ``fstype`` on ``target`` as root; None on success, else the reason."""
+    if os.geteuid() != 0:
+        return "not root"
+    try:
+        result = subprocess.run(
+            ["mount", "-t", fstype, "nodev", str(target)], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    return None if result.returncode == 0 else (result.stderr.strip() or f"mount exited {result.returncode}")
+
+
+def locate(mount: bool = True) -> KernelSources:
+    """Find tracefs and debugfs on this machine, mounting them when root and they are missing."""
+    notes: list[str] = []
+    mounts = _mount_points()
+    debugfs = mounts.get("debugfs")
+    if debugfs is None and mount and DEFAULT_DEBUGFS.is_dir():
+        reason = _try_mount("debugfs", DEFAULT_DEBUGFS)
+        if reason is None:
+            debugfs = DEFAULT_DEBUGFS
+            notes.append(f"mounted debugfs at {DEFAULT_DEBUGFS}")
+        else:
+            notes.append(f"debugfs is not mounted ({reason}): the kprobe blacklist cannot be read")
+    tracefs = mounts.get("tracefs")
+    if tracefs is None and debugfs is not None and (debugfs / "tracing" / "README").exists():
+        tracefs = debugfs / "tracing"
+    if tracefs is None and mount and DEFAULT_TRACEFS.is_dir():
+        reason = _try_mount("tracefs", DEFAULT_TRACEFS)
+        if reason is None:
+            tracefs = DEFAULT_TRACEFS
+            notes.append(f"mounted tracefs at {DEFAULT_TRACEFS}")
+        else:
+            notes.append(f"tracefs is not mounted ({reason})")
+    return KernelSources(tracefs, debugfs, DEFAULT_KALLSYMS, DEFAULT_BTF_DIR, live=True, notes=notes)
+
+
+
+
+def from_args(args) -> KernelSources:
+    """The sources the command line asks for: a snapshot, explicit copies, or the live kernel."""
+    if getattr(args, "snapshot", None):
+        from kprobe_tui.kernel.snapshot import open_snapshot
+
+        return open_snapshot(Path(args.snapshot))
+    overrides = {
+        name: getattr(args, name, None) for name in ("tracefs", "debugfs", "kallsyms", "btf")
+    }
+    if not any(overrides.values()):
+        return locate()
+    live = locate(mount=False) if not overrides["tracefs"] else None
+    btf = Path(overrides["btf"]) if overrides["btf"] else DEFAULT_BTF_DIR / "vmlinux"
+    return KernelSources(
+        tracefs=Path(overrides["tracefs"]) if overrides["tracefs"] else live.tracefs,
+        debugfs=Path(overrides["debugfs"]) if overrides["debugfs"] else (live.debugfs if live else None),
+        kallsyms=Path(overrides["kallsyms"]) if overrides["kallsyms"] else DEFAULT_KALLSYMS,
+        btf_dir=btf.parent,
+        btf_name=btf.name,
+        live=False,
+    )

@@ -1,0 +1,49 @@
+"""Shared test set-up: markers that skip with a reason when this machine cannot run a test."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from kprobe_tui.kernel.sources import locate
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _live_tracefs() -> Path | None:
+    if os.geteuid() != 0:
+        return None
+    sources = locate()
+    return sources.tracefs
+
+
+def pytest_collection_modifyitems(config, items):
+    tracefs = None
+    checked = False
+    for item in items:
+        needs_live = item.get_closest_marker("live") is not None
+        needs_kernel = item.get_closest_marker("kernel") is not None
+        if not (needs_live or needs_kernel):
+            continue
+        if not checked:
+            tracefs, checked = _live_tracefs(), True
+        if tracefs is None:
+            item.add_marker(pytest.mark.skip(reason="needs root and a mounted tracefs"))
+        elif needs_live and not (tracefs / "uprobe_events").exists():
+            item.add_marker(pytest.mark.skip(reason="this kernel has no uprobe_events (CONFIG_UPROBE_EVENTS)"))
+        elif needs_kernel and not (tracefs / "kprobe_events").exists():
+            item.add_marker(
+                pytest.mark.skip(
+                    reason="this kernel has no kprobes; tests/kernel/test_guests.py runs these inside QEMU guests"
+                )
+            )
+
+
+@pytest.fixture
+def tracefs_root() -> Path:
+    """The live tracefs root (tests using it are marked live or kernel, so it exists)."""
+    root = _live_tracefs()
+    assert root is not None
+    return root
