@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from kprobe_tui import __version__
@@ -52,3 +53,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as exc:
+        if os.environ.get("KPROBE_TUI_DEBUG"):
+            raise
+        print(
+            f"kprobe-tui: internal error: {type(exc).__name__}: {exc}\n"
+            "  hint: this is a bug in kprobe-tui; rerun with KPROBE_TUI_DEBUG=1 for the traceback and report it",
+            file=sys.stderr,
+        )
+        return 70

@@ -32,6 +32,7 @@ class KernelSources:
     live: bool = True
     notes: list[str] = field(default_factory=list)
     btf_name: str = "vmlinux"  # module BTF files sit beside it, named after their module
+    release: str = field(default_factory=lambda: os.uname().release)
 
     @property
     def btf_vmlinux(self) -> Path:
@@ -125,4 +126,5 @@ def from_args(args) -> KernelSources:
         btf_dir=btf.parent,
         btf_name=btf.name,
         live=False,
+        release="offline copies",
     )

@@ -1,0 +1,23 @@
+"""``kprobe-tui snapshot OUT``: capture this kernel's tracing data for offline use (--snapshot OUT)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kprobe_tui.kernel import snapshot, sources
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("snapshot", help="capture kallsyms, ftrace list, blacklist, BTF into an archive")
+    parser.add_argument("out", metavar="OUT.tar.gz", help="archive to write (.tar.xz for a smaller one)")
+    parser.add_argument("--no-module-btf", action="store_true", help="leave out the per-module BTF files")
+    parser.set_defaults(run=run)
+
+
+def run(args) -> int:
+    out = Path(args.out)
+    missing = snapshot.capture(sources.from_args(args), out, module_btf=not args.no_module_btf)
+    for item in missing:
+        print(f"not captured: {item}")
+    print(f"wrote {out} ({out.stat().st_size // 1024} KiB)")
+    return 0

@@ -1,0 +1,342 @@
+"""Every kernel function, whether it can be probed, and why (not).
+
+The catalog is the union of ``/proc/kallsyms`` text symbols, ``available_filter_functions`` and the
+kprobe blacklist, with prototypes from BTF. It is built for 100k+ names: the build only parses
+(names sorted once, sets and dicts for lookups); each function's status, reason, size and
+prototype are worked out when someone looks at it, and cached.
+"""
+
+from __future__ import annotations
+
+import bisect
+import errno
+import re
+from dataclasses import dataclass
+from enum import Enum
+from functools import lru_cache
+from pathlib import Path
+
+from kprobe_tui.kernel.sources import KernelSources
+
+
+class Status(str, Enum):
+    FTRACE = "ftrace"  # probeable, attaches through ftrace
+    BREAKPOINT = "breakpoint"  # probeable, but only with an int3 breakpoint (notrace)
+    PROBEABLE = "probeable"  # probeable; ftrace list unreadable, attach method unknown
+    CLONE = "clone"  # a compiler-made copy of a source function
+    AMBIGUOUS = "ambiguous"  # several symbols share the name
+    BLACKLISTED = "blacklisted"  # the kernel refuses to probe it
+    HIDDEN = "hidden"  # not enough information to tell
+
+    @property
+    def probeable(self) -> bool:
+        return self in (Status.FTRACE, Status.BREAKPOINT, Status.PROBEABLE, Status.CLONE)
+
+
+STATUS_HELP = {
+    Status.FTRACE: "probeable through ftrace (cheapest)",
+    Status.BREAKPOINT: "probeable by breakpoint only (notrace: more overhead)",
+    Status.PROBEABLE: "probeable (ftrace list unreadable)",
+    Status.CLONE: "compiler clone (.isra/.constprop/.part/.cold)",
+    Status.AMBIGUOUS: "ambiguous: several symbols share the name",
+    Status.BLACKLISTED: "blacklisted: the kernel refuses it",
+    Status.HIDDEN: "unknown: addresses or lists hidden",
+}
+
+# Padding (CONFIG_CALL_PADDING) and CFI stubs sit before functions in kallsyms; they are not functions.
+_NOT_FUNCTIONS = ("__pfx_", "__cfi_")
+
+_CLONE_SUFFIX = re.compile(r"\.(isra|constprop|part|cold|lto_priv|llvm)(\.\d+)?")
+_CLONE_MEANING = {
+    "isra": "GCC's IPA-SRA copy: parameters may be dropped or passed differently, so arguments do not "
+    "match {base}'s prototype, and only calls routed to this copy are seen",
+    "constprop": "a constant-propagated copy: some arguments are fixed and removed, and only the "
+    "callers specialised to those constants are seen",
+    "part": "the out-of-line part of a partially inlined {base}: it runs only on some paths through {base}",
+    "cold": "the cold (unlikely) path of {base}, split out by the compiler: it sees error paths, not entries",
+    "lto_priv": "a copy made private by link-time optimisation",
+    "llvm": "a copy made by LLVM's optimiser (e.g. a suffix for a localised symbol)",
+}
+
+
+@dataclass(frozen=True)
+class Symbol:
+    address: int
+    module: str  # "" for the core kernel
+
+
+@dataclass(frozen=True)
+class Function:
+    """What the detail pane and ``funcs --json`` show about one name."""
+
+    name: str
+    module: str
+    symbols: tuple[Symbol, ...]
+    size: int | None
+    status: Status
+    reason: str
+    prototype: str | None
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "module": self.module or None,
+            "address": f"0x{self.symbols[0].address:x}" if self.symbols and self.symbols[0].address else None,
+            "addresses": [f"0x{s.address:x}" for s in self.symbols],
+            "size": self.size,
+            "status": self.status.value,
+            "probeable": self.status.probeable,
+            "reason": self.reason,
+            "prototype": self.prototype,
+        }
+
+
+def _read_lines(path: Path | None, what: str, notes: list[str]) -> list[str] | None:
+    """A file's lines, or None with a note naming the file and the reason."""
+    if path is None:
+        notes.append(f"{what}: not available (its filesystem is not mounted)")
+        return None
+    try:
+        return path.read_text(errors="replace").splitlines()
+    except OSError as exc:
+        if exc.errno != errno.ENOENT:
+            notes.append(f"{what}: cannot read {path} ({exc.strerror or exc})")
+        return None
+
+
+class Catalog:
+    """Names sorted for browsing; per-name facts looked up on demand and cached."""
+
+    def __init__(self, sources: KernelSources) -> None:
+        self.sources = sources
+        self.notes: list[str] = []
+        self.garbage_lines = 0
+        self._symbols: dict[str, list[Symbol]] = {}
+        self._padding_addresses: list[int] = []  # where padding before a function starts
+        self._ftrace: dict[str, str] | None = None  # name -> module
+        self._blacklist_names: set[str] = set()
+        self._blacklist_ranges: list[tuple[int, int, str]] = []
+        self._addresses_hidden = False
+        self._btf_loaded = False
+        self._btf = None
+        self._module_btf: dict[str, object] = {}
+        if sources.tracefs is not None and not (sources.tracefs / "kprobe_events").exists():
+            self.notes.append(
+                "this kernel has no kprobe_events (built without CONFIG_KPROBES): no kernel function can be "
+                "probed here; the statuses say what a kprobe-enabled build would allow"
+            )
+        self._load_kallsyms()
+        self._load_ftrace()
+        self._load_blacklist()
+        names = set(self._symbols)
+        if self._ftrace:
+            names.update(self._ftrace)
+        self.names: list[str] = sorted(names)
+        self._text_addresses: list[int] | None = None
+        self._classified: dict[str, tuple[Status, str]] = {}
+        self.function = lru_cache(maxsize=4096)(self._function)
+
+    # --- building ---------------------------------------------------------------------------
+
+    def _load_kallsyms(self) -> None:
+        lines = _read_lines(self.sources.kallsyms, "kallsyms", self.notes)
+        if lines is None:
+            return
+        symbols = self._symbols
+        padding = self._padding_addresses
+        nonzero = False
+        for line in lines:
+            parts = line.split()
+            if len(parts) < 3 or len(parts[1]) != 1:
+                self.garbage_lines += 1
+                continue
+            if parts[1] not in "tT":
+                continue
+            name = parts[2]
+            try:
+                address = int(parts[0], 16)
+            except ValueError:
+                self.garbage_lines += 1
+                continue
+            if name.startswith(_NOT_FUNCTIONS):
+                padding.append(address)
+                continue
+            nonzero = nonzero or address != 0
+            module = parts[3].strip("[]") if len(parts) > 3 else ""
+            found = symbols.get(name)
+            if found is None:
+                symbols[name] = [Symbol(address, module)]
+            else:
+                found.append(Symbol(address, module))
+        if symbols and not nonzero:
+            self._addresses_hidden = True
+            self.notes.append(
+                f"{self.sources.kallsyms} shows only zero addresses (kptr_restrict, or not root): "
+                "sizes and blacklist ranges are unknown"
+            )
+        if self.garbage_lines:
+            self.notes.append(f"kallsyms: skipped {self.garbage_lines} malformed line(s)")
+
+    def _load_ftrace(self) -> None:
+        tracefs = self.sources.tracefs
+        path = tracefs / "available_filter_functions" if tracefs else None
+        why: list[str] = []
+        lines = _read_lines(path, "available_filter_functions", why)
+        if lines is None:
+            self.notes.append(
+                f"{why[0] if why else 'available_filter_functions: not present'}; falling back to "
+                f"{self.sources.kallsyms}, so ftrace-able functions cannot be told from breakpoint-only ones"
+            )
+            return
+        ftrace: dict[str, str] = {}
+        for line in lines:
+            name, _, rest = line.partition(" ")
+            if name:
+                ftrace[name] = rest.strip().strip("[]")
+        self._ftrace = ftrace
+
+    def _load_blacklist(self) -> None:
+        lines = _read_lines(self.sources.blacklist, "kprobe blacklist", self.notes)
+        if lines is None:
+            return
+        bad = 0
+        for line in lines:
+            span, _, name = line.partition("\t")
+            start, _, end = span.partition("-")
+            try:
+                low, high = int(start, 16), int(end, 16)
+            except ValueError:
+                bad += 1
+                continue
+            name = name.strip()
+            if name:
+                self._blacklist_names.add(name)
+            if high > low:
+                self._blacklist_ranges.append((low, high, name))
+        self._blacklist_ranges.sort()
+        if bad:
+            self.notes.append(f"kprobe blacklist: skipped {bad} malformed line(s)")
+
+    # --- per-function facts -----------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def status(self, name: str) -> Status:
+        return self.classify(name)[0]
+
+    def classify(self, name: str) -> tuple[Status, str]:
+        """Status and reason, cached: the browser colours every visible row with it."""
+        found = self._classified.get(name)
+        if found is None:
+            found = self._classified[name] = self._classify(name, tuple(self._symbols.get(name, ())))
+        return found
+
+    def _function(self, name: str) -> Function:
+        symbols = tuple(self._symbols.get(name, ()))
+        module = symbols[0].module if symbols else (self._ftrace or {}).get(name, "")
+        status, reason = self.classify(name)
+        return Function(name, module, symbols, self._size(symbols), status, reason, self.prototype(name, module))
+
+    def _classify(self, name: str, symbols: tuple[Symbol, ...]) -> tuple[Status, str]:
+        blacklisted_by = self._blacklisted_by(name, symbols)
+        if blacklisted_by:
+            return Status.BLACKLISTED, (
+                f"in the kprobe blacklist ({blacklisted_by}): the kernel refuses to probe it, "
+                "because a probe there could recurse into the probe handler or crash"
+            )
+        if len(symbols) > 1:
+            where = ", ".join(
+                (f"0x{s.address:x}" if s.address else "address hidden") + (f" [{s.module}]" if s.module else "")
+                for s in symbols
+            )
+            return Status.AMBIGUOUS, (
+                f"{len(symbols)} symbols share this name ({where}); kernels since 6.7 refuse an ambiguous "
+                "name: probe one by address, or by MODULE:name when they are in different modules"
+            )
+        clone = _CLONE_SUFFIX.search(name)
+        if clone:
+            base = name[: clone.start()]
+            meaning = _CLONE_MEANING[clone.group(1)].format(base=base)
+            return Status.CLONE, f"compiler clone of {base}(): {meaning}"
+        in_ftrace = self._ftrace is not None and name in self._ftrace
+        if in_ftrace:
+            return Status.FTRACE, "in available_filter_functions: kprobes attach through ftrace (cheapest)"
+        if self._ftrace is not None:
+            return Status.BREAKPOINT, (
+                "not in available_filter_functions (notrace, or too early/late to patch): "
+                "a kprobe still works, through an int3 breakpoint with more overhead"
+            )
+        if self._addresses_hidden and not self._blacklist_ranges and self.sources.blacklist is None:
+            return Status.HIDDEN, (
+                "addresses are hidden and available_filter_functions is unreadable: "
+                "whether the kernel accepts a probe here cannot be told"
+            )
+        return Status.PROBEABLE, (
+            "in /proc/kallsyms; available_filter_functions is unreadable, so whether it attaches "
+            "through ftrace or a breakpoint is unknown"
+        )
+
+    def _blacklisted_by(self, name: str, symbols: tuple[Symbol, ...]) -> str:
+        if name in self._blacklist_names:
+            return "by name"
+        ranges = self._blacklist_ranges
+        for symbol in symbols:
+            if not symbol.address or not ranges:
+                continue
+            i = bisect.bisect_right(ranges, (symbol.address, float("inf"), "")) - 1
+            if i >= 0 and ranges[i][0] <= symbol.address < ranges[i][1]:
+                low, high, owner = ranges[i]
+                return f"inside {owner} 0x{low:x}-0x{high:x}"
+        return ""
+
+    def _size(self, symbols: tuple[Symbol, ...]) -> int | None:
+        """Distance to the next text symbol: kallsyms has no sizes, the next symbol bounds this one."""
+        if len(symbols) != 1 or not symbols[0].address:
+            return None
+        if self._text_addresses is None:
+            self._text_addresses = self._all_text_addresses()
+        addresses = self._text_addresses
+        i = bisect.bisect_right(addresses, symbols[0].address)
+        return addresses[i] - symbols[0].address if i < len(addresses) else None
+
+    def _all_text_addresses(self) -> list[int]:
+        # Padding symbols count here: they mark where the previous function ends.
+        found = set(self._padding_addresses)
+        found.update(s.address for symbols in self._symbols.values() for s in symbols)
+        return sorted(found)
+
+    # --- prototypes -------------------------------------------------------------------------
+
+    def prototype(self, name: str, module: str = "") -> str | None:
+        """The C prototype from BTF (the module's own BTF for module functions), or None."""
+        btf = self._btf_for(module)
+        return btf.prototype(name) if btf is not None else None
+
+    def _btf_for(self, module: str):
+        from kprobe_tui.kernel.btf import Btf  # imported late: most catalog users never need BTF
+
+        if not self._btf_loaded:
+            self._btf_loaded = True
+            self._btf = self._load_btf(Btf, self.sources.btf_vmlinux, None)
+        if not module or self._btf is None:
+            return self._btf
+        if module not in self._module_btf:
+            self._module_btf[module] = self._load_btf(Btf, self.sources.btf_dir / module, self._btf)
+        return self._module_btf[module]
+
+    def _load_btf(self, btf_class, path: Path, base):
+        from kprobe_tui.errors import UserError
+
+        if not path.exists():
+            return None
+        try:
+            return btf_class.load(path, base=base)
+        except UserError as exc:
+            self.notes.append(f"BTF: {exc.message}")
+            return None
+
+    # --- queries ----------------------------------------------------------------------------
+
+    def probeable_names(self) -> list[str]:
+        return [name for name in self.names if self.status(name).probeable]

@@ -1,0 +1,173 @@
+"""One probe, three ways to write it: the tracefs line, ``perf probe``, and a ``bpftrace`` one-liner.
+
+A learner sees what kprobe-tui writes to the kernel next to the commands they would type with
+the usual tools. Names are made here too, so every form uses the same valid, unique names.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterable
+
+from kprobe_tui.probes.spec import (
+    MAX_EVENT_NAME_LEN,
+    CompiledProbe,
+    ProbeArg,
+    ProbeSpec,
+)
+
+
+def sanitize(text: str) -> str:
+    """A kernel-acceptable name from any text: ``foo.isra.0`` -> ``foo_isra_0``."""
+    name = re.sub(r"\W", "_", text)
+    return name if re.match(r"^[A-Za-z_]", name) else f"_{name}"
+
+
+def unique_name(base: str, taken: Iterable[str], limit: int) -> str:
+    """``base`` cut to ``limit`` chars, with ``_1``, ``_2``... when already taken (as perf does)."""
+    taken = set(taken)
+    name = sanitize(base)[:limit]
+    number = 0
+    while name in taken:
+        number += 1
+        suffix = f"_{number}"
+        name = sanitize(base)[: limit - len(suffix)] + suffix
+    return name
+
+
+def default_event_name(spec: ProbeSpec, line: int | None = None) -> str:
+    """perf's naming: ``func``, ``func__return``, ``func_L12``, ``func_16``, ``file_c_L12``."""
+    if spec.address is not None:
+        base = f"addr_{spec.address:x}"
+    else:
+        base = spec.function or (spec.source or "probe").rsplit("/", 1)[-1]
+    line = line if line is not None else spec.line
+    if spec.is_return:
+        base += "__return"
+    elif line is not None:
+        base += f"_L{line}"
+    elif spec.offset:
+        base += f"_{spec.offset}"
+    return sanitize(base)[:MAX_EVENT_NAME_LEN]
+
+
+def default_arg_name(arg: ProbeArg) -> str:
+    """The field name for an argument: the last member of a C path (``sk->sk_state`` -> ``sk_state``)."""
+    if arg.kind == "var":
+        last = arg.path[-1] if arg.path else None
+        if last is None:
+            return arg.var
+        if last.op == "[]":
+            members = [step.member for step in arg.path if step.op != "[]"]
+            return f"{members[-1] if members else arg.var}_{last.index}"
+        return last.member
+    if arg.kind == "argN":
+        return f"arg{arg.index}"
+    if arg.kind in ("reg", "symbol"):
+        return arg.var
+    if arg.kind in ("retval", "comm"):
+        return arg.kind
+    return "arg"
+
+
+def tracefs_lines(probes: Iterable[CompiledProbe]) -> list[str]:
+    return [probe.definition() for probe in probes]
+
+
+def perf_command(spec: ProbeSpec, group: str | None = None, event: str | None = None) -> str:
+    """The ``perf probe`` command that asks for the same probe (perf cannot make fprobes or filters)."""
+    if spec.kind == "fprobe":
+        return "# perf probe cannot create fprobes (use the tracefs line above)"
+    group, event = group or spec.group, event or spec.event
+    head = spec.place_text()
+    if event:
+        head = f"{group + ':' if group else ''}{event}={head}"
+    words = ["perf", "probe"]
+    if spec.binary:
+        words += ["-x", spec.binary]
+    words += ["-a", head, *(str(arg) for arg in spec.args)]
+    return " ".join(shlex.quote(word) for word in words)
+
+
+_PRINTF = {"s": "%d", "u": "%u", "x": "0x%x"}
+
+
+def _bpftrace_expr(arg: ProbeArg, spec: ProbeSpec) -> str | None:
+    """How bpftrace reads the same value, or None when it cannot (locals, raw fetch-args)."""
+    if arg.kind == "argN":
+        return f"arg{arg.index - 1}"
+    if arg.kind == "retval":
+        return "retval"
+    if arg.kind == "comm":
+        return "comm"
+    if arg.kind == "reg":
+        return f'reg("{arg.var}")'
+    if arg.kind == "symbol":
+        address = f'{"uaddr" if spec.is_uprobe else "kaddr"}("{arg.var}")'
+        return f"*{address}" if not arg.index else f"*({address} + {arg.index})"
+    if arg.kind == "var" and spec.kind in ("entry", "fprobe"):
+        return f"args.{arg.text}"  # params only: bpftrace has no locals
+    return None
+
+
+def _bpftrace_probe(spec: ProbeSpec, probe: CompiledProbe | None) -> str:
+    function = probe.function if probe and probe.function else spec.function
+    offset = probe.function_offset if probe else spec.offset
+    if spec.is_uprobe:
+        where = f"{spec.binary}:{function}" if function else f"{spec.binary}:0x{spec.address or 0:x}"
+        kind = "uretprobe" if spec.is_return else "uprobe"
+    else:
+        # kprobes have no named args in bpftrace: C-level vars need fentry/fexit (BTF)
+        uses_vars = any(a.kind == "var" for a in spec.args)
+        where = function or f"0x{spec.address or 0:x}"
+        if spec.kind == "fprobe" or uses_vars:
+            kind = "fexit" if spec.is_return else "fentry"
+            return f"{kind}:{where}"
+        kind = "kretprobe" if spec.is_return else "kprobe"
+    return f"{kind}:{where}" + (f"+{offset}" if offset and not spec.is_return else "")
+
+
+def bpftrace_oneliner(spec: ProbeSpec, probe: CompiledProbe | None = None, exclude_pid: int | None = None) -> str:
+    """The bpftrace one-liner printing the same fields; what bpftrace cannot read is named in a comment."""
+    types = {a.source: a.type for a in probe.args} if probe else {}
+    fields, values, missing = [], [], []
+    for arg in spec.args:
+        expr = _bpftrace_expr(arg, spec)
+        if expr is None:
+            missing.append(arg.text)
+            continue
+        type_ = arg.type or types.get(arg)
+        if type_ in ("string", "ustring") or (type_ or "").startswith("symstr"):
+            fields.append(f"{arg.name or arg.text}=%s")
+            values.append(f"str({expr})")
+        else:
+            fields.append(f"{arg.name or arg.text}={_PRINTF.get((type_ or 'x')[0], '%ld')}")
+            values.append(expr)
+    name = spec.event or spec.function or "probe"
+    fmt = " ".join([name, *fields])
+    call = ", ".join([f'"{fmt}\\n"', *values])
+    predicate = _bpftrace_predicate(spec, probe, exclude_pid)
+    program = f"{_bpftrace_probe(spec, probe)}{predicate} {{ printf({call}); }}"
+    line = f"bpftrace -e {shlex.quote(program)}"
+    if missing:
+        line += f"  # bpftrace cannot read: {', '.join(missing)}"
+    return line
+
+
+def _bpftrace_predicate(spec: ProbeSpec, probe: CompiledProbe | None, exclude_pid: int | None) -> str:
+    tests = []
+    if spec.filter:
+        expr = spec.filter.replace("common_pid", "pid")
+        for arg in spec.args:
+            field = arg.name or (default_arg_name(arg) if probe is None else None)
+            bp = _bpftrace_expr(arg, spec)
+            for fetch in probe.args if probe else ():
+                if fetch.source == arg:
+                    field = fetch.name
+            if field and bp:
+                expr = re.sub(rf"\b{re.escape(field)}\b", bp, expr)
+        tests.append(f"({expr})")
+    if exclude_pid is not None:
+        tests.append(f"pid != {exclude_pid}")
+    return f" /{' && '.join(tests)}/" if tests else ""

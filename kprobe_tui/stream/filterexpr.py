@@ -1,0 +1,293 @@
+"""The event filter language: parse, evaluate on events, and push down to the kernel.
+
+    comm == "sshd" && len > 100 || event ~ "tcp_*"
+
+Fields are the event header (time, cpu, comm, pid, tgid, flags, event, site) and the probe's
+arguments by name. Operators: ``== != < <= > >=`` and ``~`` (glob), joined by ``&& || !`` and
+parentheses; values are numbers (decimal or 0x hex, may be negative) or quoted strings. The
+same expression is offered to each tailed event's ``filter`` file when the kernel's own filter
+language can say it for that event, so unwanted events are dropped before they are copied to us.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Callable
+
+from kprobe_tui.errors import UserError
+from kprobe_tui.stream.parser import FAULT, Event
+
+COMPARATORS = ("==", "!=", "<=", ">=", "<", ">", "~")
+TOKEN = re.compile(
+    r"""\s*(?:(?P<op>&&|\|\||==|!=|<=|>=|<|>|~|!|\(|\))|(?P<num>-?(?:0[xX][0-9a-fA-F]+|\d+(?:\.\d+)?))(?![\w.])"""
+    r"""|(?P<str>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')|(?P<name>[A-Za-z_][\w.]*))"""
+)
+# Header fields the kernel filter knows under another name; the rest exist only in our view.
+KERNEL_HEADER = {"pid": "common_pid", "comm": "comm", "cpu": "CPU"}
+
+
+class FilterError(UserError):
+    """A filter that does not parse; ``position`` is the offending column in ``text``."""
+
+    def __init__(self, text: str, position: int, problem: str) -> None:
+        self.text, self.position, self.problem = text, position, problem
+        super().__init__(f"filter error at column {position + 1}: {problem}\n  {text}\n  {' ' * position}^",
+                         'example: comm == "sshd" && len > 100 || event ~ "tcp_*"')
+
+
+@dataclass(frozen=True)
+class Compare:
+    field: str
+    op: str
+    value: int | float | str
+    position: int
+
+
+@dataclass(frozen=True)
+class BoolOp:
+    op: str  # "&&" or "||"
+    left: Node
+    right: Node
+
+
+@dataclass(frozen=True)
+class Not:
+    operand: Node
+
+
+@dataclass(frozen=True)
+class Const:
+    value: bool
+
+
+Node = Compare | BoolOp | Not | Const
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens: list[tuple[str, object, int]] = []
+        pos = 0
+        while pos < len(text):
+            m = TOKEN.match(text, pos)
+            if not m or m.end() == pos:
+                if text[pos:].strip() == "":
+                    break
+                at = pos + (len(text[pos:]) - len(text[pos:].lstrip()))
+                raise FilterError(text, at, f"unexpected {text[at]!r}")
+            start = m.start(m.lastgroup)
+            kind, raw = m.lastgroup, m.group(m.lastgroup)
+            if kind == "num":
+                value: object = float(raw) if "." in raw else int(raw, 0)
+            elif kind == "str":
+                value = re.sub(r"\\(.)", r"\1", raw[1:-1])
+            else:
+                value = raw
+            self.tokens.append((kind, value, start))
+            pos = m.end()
+        self.index = 0
+
+    def peek(self) -> tuple[str, object, int]:
+        return self.tokens[self.index] if self.index < len(self.tokens) else ("end", None, len(self.text))
+
+    def take(self) -> tuple[str, object, int]:
+        token = self.peek()
+        self.index += 1
+        return token
+
+    def parse(self) -> Node:
+        if not self.tokens:
+            raise FilterError(self.text, 0, "empty filter")
+        node = self.parse_or()
+        kind, value, pos = self.peek()
+        if kind != "end":
+            raise FilterError(self.text, pos, f"expected && or || before {value!r}")
+        return node
+
+    def parse_or(self) -> Node:
+        node = self.parse_and()
+        while self.peek()[:2] == ("op", "||"):
+            self.take()
+            node = BoolOp("||", node, self.parse_and())
+        return node
+
+    def parse_and(self) -> Node:
+        node = self.parse_unary()
+        while self.peek()[:2] == ("op", "&&"):
+            self.take()
+            node = BoolOp("&&", node, self.parse_unary())
+        return node
+
+    def parse_unary(self) -> Node:
+        kind, value, pos = self.take()
+        if (kind, value) == ("op", "!"):
+            return Not(self.parse_unary())
+        if (kind, value) == ("op", "("):
+            node = self.parse_or()
+            kind, value, pos = self.take()
+            if (kind, value) != ("op", ")"):
+                raise FilterError(self.text, pos, "expected )")
+            return node
+        if kind != "name":
+            what = "end of filter" if kind == "end" else repr(value)
+            raise FilterError(self.text, pos, f"expected a field name, found {what}")
+        field, field_pos = value, pos
+        kind, op, pos = self.take()
+        if kind != "op" or op not in COMPARATORS:
+            what = "end of filter" if kind == "end" else repr(op)
+            raise FilterError(self.text, pos, f"expected one of {' '.join(COMPARATORS)} after {field!r}, found {what}")
+        kind, literal, pos = self.take()
+        if kind == "name":
+            raise FilterError(self.text, pos, f"quote the string: \"{literal}\" (fields are compared with values)")
+        if kind not in ("num", "str"):
+            what = "end of filter" if kind == "end" else repr(literal)
+            raise FilterError(self.text, pos, f"expected a number or a quoted string, found {what}")
+        if op == "~" and kind != "str":
+            raise FilterError(self.text, pos, "~ matches a glob: give a quoted string")
+        return Compare(field, op, literal, field_pos)
+
+
+def parse(text: str) -> Node:
+    """The syntax tree of a filter, or a FilterError pointing at the offending column."""
+    return _Parser(text).parse()
+
+
+# --- evaluation in our view ---------------------------------------------------------------
+
+_NUMERIC = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
+            ">=": lambda a, b: a >= b}
+
+
+def _compare(node: Compare) -> Callable[[Event], bool]:
+    field, op, literal = node.field, node.op, node.value
+    getter = (lambda ev: ev.ts) if field in ("time", "ts") else (lambda ev: ev.field(field))
+    if op == "~":
+        return lambda ev: (v := getter(ev)) is not None and v is not FAULT and fnmatchcase(str(v), literal)
+    if isinstance(literal, str):
+        if op in ("==", "!="):
+            want = op == "=="
+            return lambda ev: (v := getter(ev)) is not None and (str(v) == literal) == want
+        test = _NUMERIC[op]
+        return lambda ev: isinstance(v := getter(ev), str) and test(v, literal)
+    if op in ("==", "!="):
+        want = op == "=="
+        return lambda ev: isinstance(v := getter(ev), (int, float)) and (v == literal) == want
+    test = _NUMERIC[op]
+    return lambda ev: isinstance(v := getter(ev), (int, float)) and test(v, literal)
+
+
+def compile_filter(node: Node) -> Callable[[Event], bool]:
+    """A predicate over events; a field an event lacks makes its comparison false."""
+    if isinstance(node, Compare):
+        return _compare(node)
+    if isinstance(node, Const):
+        return (lambda ev: True) if node.value else (lambda ev: False)
+    if isinstance(node, Not):
+        inner = compile_filter(node.operand)
+        return lambda ev: not inner(ev)
+    left, right = compile_filter(node.left), compile_filter(node.right)
+    if node.op == "&&":
+        return lambda ev: left(ev) and right(ev)
+    return lambda ev: left(ev) or right(ev)
+
+
+# --- push-down to the kernel's filter language ----------------------------------------------
+
+def _specialise(node: Node, event: str) -> Node:
+    """``node`` with comparisons on the event name decided for ``event``, then simplified."""
+    if isinstance(node, Compare):
+        if node.field != "event":
+            return node
+        fake = Event(0.0, 0, 0, None, "", "", event, "")
+        return Const(_compare(node)(fake))
+    if isinstance(node, Not):
+        inner = _specialise(node.operand, event)
+        return Const(not inner.value) if isinstance(inner, Const) else Not(inner)
+    if isinstance(node, BoolOp):
+        left, right = _specialise(node.left, event), _specialise(node.right, event)
+        absorbing = node.op == "||"  # True absorbs ||, False absorbs &&
+        for side, other in ((left, right), (right, left)):
+            if isinstance(side, Const):
+                return Const(absorbing) if side.value == absorbing else other
+        return BoolOp(node.op, left, right)
+    return node
+
+
+def _kernel_text(node: Node, fields: dict[str, str]) -> str:
+    """Kernel filter text for ``node``; raises ValueError naming what the kernel cannot say."""
+    if isinstance(node, BoolOp):
+        return f"({_kernel_text(node.left, fields)} {node.op} {_kernel_text(node.right, fields)})"
+    if isinstance(node, Not):
+        return f"!({_kernel_text(node.operand, fields)})"
+    if isinstance(node, Const):
+        raise ValueError("a constant")
+    name = node.field
+    if name in fields:
+        if name in KERNEL_HEADER:
+            raise ValueError(f"{name!r} is both a header field and an argument")
+        kind, kernel_name = fields[name], name
+    elif name in KERNEL_HEADER:
+        kind, kernel_name = ("str" if name == "comm" else "num"), KERNEL_HEADER[name]
+    else:
+        raise ValueError(f"the kernel has no field {name!r} for this event")
+    literal = node.value
+    if kind == "str":
+        if not isinstance(literal, str) or node.op not in ("==", "!=", "~") or '"' in literal:
+            raise ValueError(f"{name} {node.op} {literal!r} is not a kernel string comparison")
+        return f'{kernel_name} {node.op} "{literal}"'
+    if kind == "num" and isinstance(literal, int) and node.op != "~":
+        return f"{kernel_name} {node.op} {literal}"
+    raise ValueError(f"{name} {node.op} {literal!r} is not a kernel comparison for a {kind} field")
+
+
+@dataclass
+class PushDown:
+    """Per event: the kernel filter text to write, or why the view alone applies the filter."""
+
+    kernel: dict[str, str]  # event -> filter text ("" = every event of it matches: nothing to write)
+    view_only: dict[str, str]  # event -> reason
+    never: list[str]  # events the filter can never match (their events are dropped in the view)
+
+
+def push_down(node: Node, event_fields: dict[str, dict[str, str]]) -> PushDown:
+    """Which part of the filter the kernel can apply, for each event ``name -> {field: kind}``.
+
+    ``kind`` is "num", "str" or "other" (arrays, chars printed as text): see ``field_kinds``.
+    """
+    result = PushDown({}, {}, [])
+    for event, fields in event_fields.items():
+        specialised = _specialise(node, event)
+        if isinstance(specialised, Const):
+            if specialised.value:
+                result.kernel[event] = ""
+            else:
+                result.never.append(event)
+            continue
+        try:
+            result.kernel[event] = _kernel_text(specialised, fields)
+        except ValueError as exc:
+            result.view_only[event] = str(exc)
+    return result
+
+
+_PRINTED = re.compile(r"""(?P<name>[A-Za-z_]\w*)=(?P<spec>\\"%s\\"|'%c'|\{[^}]*\}|(?:0x)?%[-+#0-9.]*(?P<conv>[a-zA-Z]+))""")
+
+
+def field_kinds(format_text: str) -> dict[str, str]:
+    """Argument fields of an event ``format`` file, each "num", "str" or "other".
+
+    Read from the ``print fmt`` line: the format declares a char as u8, but prints it as ``'c'``.
+    """
+    fmt_line = next((line for line in format_text.splitlines() if line.startswith("print fmt:")), "")
+    kinds: dict[str, str] = {}
+    for m in _PRINTED.finditer(fmt_line):
+        spec, conv = m["spec"], m["conv"] or ""
+        if spec.startswith("\\"):
+            kinds[m["name"]] = "str"
+        elif conv and conv[-1] in "diuxX" and not conv.startswith("p"):
+            kinds[m["name"]] = "num"
+        else:
+            kinds[m["name"]] = "other"  # chars, arrays, symbols and pointers stay in the view
+    return kinds
