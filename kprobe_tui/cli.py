@@ -11,7 +11,7 @@ from kprobe_tui import __version__
 from kprobe_tui.errors import UserError
 
 # Each name is a module in kprobe_tui.commands with ``add_parser(subparsers)`` and ``run(args) -> int``.
-COMMANDS = ["funcs", "doctor", "snapshot"]
+COMMANDS = ["funcs", "doctor", "snapshot", "tail", "probe", "list", "delete", "cleanup"]
 
 
 def add_source_options(parser: argparse.ArgumentParser) -> None:

@@ -123,3 +123,24 @@ class Matcher:
                 found.append((at, at + len(piece)))
                 at += len(piece)
         return found
+
+
+class IncrementalFilter:
+    """Filters one fixed list of names; a query that narrows the last one filters the last result."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = names
+        self._lowered = [name.lower() for name in names]
+        self._last: tuple[Matcher, list[str]] | None = None
+
+    def apply(self, matcher: Matcher) -> list[str]:
+        if not matcher.query:
+            self._last = None
+            return list(self.names)
+        if self._last is not None and matcher.narrows(self._last[0]):
+            pool = self._last[1]
+            result = matcher.filter(pool, [name.lower() for name in pool] if len(pool) < 20000 else None)
+        else:
+            result = matcher.filter(self.names, self._lowered)
+        self._last = (matcher, result)
+        return result

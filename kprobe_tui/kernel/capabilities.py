@@ -75,6 +75,10 @@ _README_FEATURES = [
 ]
 
 
+# Capabilities read from outside tracefs: still known when tracefs is not accessible.
+_OUTSIDE_TRACEFS = {"kallsyms", "kallsyms_addresses", "btf", "blacklist", "write"}
+
+
 def _readable(path: Path | None) -> tuple[bool, str]:
     if path is None:
         return False, "its filesystem is not mounted"
@@ -90,23 +94,41 @@ def detect(sources: KernelSources) -> Capabilities:
     """Probe the sources once; cheap (a few small reads), safe as any user."""
     caps = Capabilities(sources)
     tracefs = sources.tracefs
-    caps.add("tracefs", "tracefs", tracefs is not None,
-             f"at {tracefs}", "tracefs is not mounted: as root, mount -t tracefs nodev /sys/kernel/tracing")
-    exists = (lambda name: tracefs is not None and (tracefs / name).exists())
-    caps.add("kprobe_events", "kernel probes (kprobe_events)", exists("kprobe_events"),
+    who = "root" if os.geteuid() == 0 else f"uid {os.geteuid()}"
+    if tracefs is None:
+        missing = "tracefs is not mounted: as root, mount -t tracefs nodev /sys/kernel/tracing"
+    else:
+        missing = (f"tracefs at {tracefs} is not accessible to this user ({who}): run as root, or have an admin "
+                   "grant a group (mount -o remount,gid=<group> the tracefs)")
+    caps.add("tracefs", "tracefs", tracefs is not None and os.access(tracefs, os.R_OK | os.X_OK),
+             f"at {tracefs}", missing)
+
+    def exists(name: str) -> bool:
+        # os.path.exists answers False (not PermissionError) where this user may not look.
+        return tracefs is not None and os.path.exists(tracefs / name)
+
+    blind = tracefs is not None and not caps.has("tracefs")
+
+    def add(key: str, label: str, present: bool, if_present: str, if_missing: str) -> None:
+        # Without access nothing below tracefs can be seen: say "unknown", not "missing".
+        if blind and key not in _OUTSIDE_TRACEFS:
+            if_missing = f"unknown: tracefs is not accessible to this user ({who})"
+        caps.add(key, label, present, if_present, if_missing)
+
+    add("kprobe_events", "kernel probes (kprobe_events)", exists("kprobe_events"),
              "kprobes and kretprobes on kernel functions",
              "this kernel was built without CONFIG_KPROBES (or CONFIG_KPROBE_EVENTS): kernel probes are "
              "impossible here" + ("; user-space probes with -x BINARY work" if exists("uprobe_events") else ""))
-    caps.add("uprobe_events", "user-space probes (uprobe_events)", exists("uprobe_events"),
+    add("uprobe_events", "user-space probes (uprobe_events)", exists("uprobe_events"),
              "uprobes and uretprobes on programs and libraries (-x BINARY)",
              "this kernel was built without CONFIG_UPROBE_EVENTS: probes on programs are impossible here")
-    caps.add("dynamic_events", "dynamic_events", exists("dynamic_events"),
+    add("dynamic_events", "dynamic_events", exists("dynamic_events"),
              "one file lists every probe kind (kprobe, uprobe, fprobe, eprobe)",
              "no dynamic_events file (old kernel): probes are read from kprobe_events and uprobe_events")
-    caps.add("error_log", "error_log", exists("error_log"),
+    add("error_log", "error_log", exists("error_log"),
              "the kernel explains refused probe definitions, pointing at the bad token",
              "no error_log (kernel < 5.4): a refused probe gives only the errno")
-    caps.add("instances", "instances", exists("instances"),
+    add("instances", "instances", exists("instances"),
              "a private ring buffer per kprobe-tui, so we never steal trace_pipe from other readers",
              "no tracing instances: events go through the global buffer, shared with other tools")
     readme = ""
@@ -116,37 +138,36 @@ def detect(sources: KernelSources) -> Capabilities:
         except OSError:
             readme = ""
     for key, label, marker, if_present, if_missing in _README_FEATURES:
-        caps.add(key, label, marker in readme, if_present, if_missing)
+        add(key, label, marker in readme, if_present, if_missing)
 
     ftrace_ok, ftrace_why = _readable(tracefs / "available_filter_functions" if tracefs else None)
-    caps.add("ftrace_list", "available_filter_functions", ftrace_ok,
+    add("ftrace_list", "available_filter_functions", ftrace_ok,
              "which functions ftrace can attach to (cheap probes)",
              f"cannot read available_filter_functions ({ftrace_why}): the function list falls back to "
              "/proc/kallsyms and cannot tell ftrace-able functions from breakpoint-only ones")
     blacklist_ok, blacklist_why = _readable(sources.blacklist)
-    caps.add("blacklist", "kprobe blacklist", blacklist_ok,
+    add("blacklist", "kprobe blacklist", blacklist_ok,
              f"functions the kernel refuses to probe, from {sources.blacklist}",
-             "no blacklist: kernels without kprobes have none" if not exists("kprobe_events") else
+             "no blacklist: kernels without kprobes have none" if not (exists("kprobe_events") or blind) else
              f"cannot read the kprobe blacklist ({blacklist_why}): blacklisted functions cannot be "
              "flagged in advance; as root, mount debugfs (mount -t debugfs nodev /sys/kernel/debug)")
     kallsyms_ok, kallsyms_why = _readable(sources.kallsyms)
-    caps.add("kallsyms", "kallsyms", kallsyms_ok,
+    add("kallsyms", "kallsyms", kallsyms_ok,
              f"every kernel symbol, from {sources.kallsyms}",
              f"cannot read {sources.kallsyms} ({kallsyms_why}): functions come only from the ftrace list")
-    caps.add("kallsyms_addresses", "kernel addresses visible", kallsyms_ok and _addresses_visible(sources.kallsyms),
+    add("kallsyms_addresses", "kernel addresses visible", kallsyms_ok and _addresses_visible(sources.kallsyms),
              "symbol addresses are shown (kptr_restrict allows it for this user)",
              "kallsyms shows zero addresses (kptr_restrict, or not root): sizes, blacklist ranges and "
              "ambiguous-name addresses are unknown; run as root or set kernel.kptr_restrict=0")
     btf_ok, btf_why = _readable(sources.btf_vmlinux)
-    caps.add("btf", "kernel BTF", btf_ok,
+    add("btf", "kernel BTF", btf_ok,
              f"function prototypes and struct layouts from {sources.btf_vmlinux}",
              f"no kernel BTF ({btf_why}): no prototypes; arguments need a vmlinux with debug info "
              "(CONFIG_DEBUG_INFO_BTF gives it)")
 
     probe_file = next((tracefs / name for name in ("kprobe_events", "uprobe_events") if exists(name)), None)
     writable = sources.live and probe_file is not None and os.access(probe_file, os.W_OK)
-    who = "root" if os.geteuid() == 0 else f"uid {os.geteuid()}"
-    caps.add("write", "create probes", writable,
+    add("write", "create probes", writable,
              f"this user ({who}) can create and remove probes",
              "read-only: " + (
                  "this is a captured snapshot" if not sources.live else

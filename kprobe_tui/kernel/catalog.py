@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import errno
+import os
 import re
 from dataclasses import dataclass
 from enum import Enum
@@ -120,7 +121,8 @@ class Catalog:
         self._btf_loaded = False
         self._btf = None
         self._module_btf: dict[str, object] = {}
-        if sources.tracefs is not None and not (sources.tracefs / "kprobe_events").exists():
+        tracefs = sources.tracefs
+        if tracefs is not None and os.access(tracefs, os.X_OK) and not os.path.exists(tracefs / "kprobe_events"):
             self.notes.append(
                 "this kernel has no kprobe_events (built without CONFIG_KPROBES): no kernel function can be "
                 "probed here; the statuses say what a kprobe-enabled build would allow"
@@ -232,9 +234,13 @@ class Catalog:
             found = self._classified[name] = self._classify(name, tuple(self._symbols.get(name, ())))
         return found
 
+    def module(self, name: str) -> str:
+        symbols = self._symbols.get(name)
+        return symbols[0].module if symbols else (self._ftrace or {}).get(name, "")
+
     def _function(self, name: str) -> Function:
         symbols = tuple(self._symbols.get(name, ()))
-        module = symbols[0].module if symbols else (self._ftrace or {}).get(name, "")
+        module = self.module(name)
         status, reason = self.classify(name)
         return Function(name, module, symbols, self._size(symbols), status, reason, self.prototype(name, module))
 

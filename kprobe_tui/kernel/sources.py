@@ -92,8 +92,6 @@ def locate(mount: bool = True) -> KernelSources:
         else:
             notes.append(f"debugfs is not mounted ({reason}): the kprobe blacklist cannot be read")
     tracefs = mounts.get("tracefs")
-    if tracefs is None and debugfs is not None and (debugfs / "tracing" / "README").exists():
-        tracefs = debugfs / "tracing"
     if tracefs is None and mount and DEFAULT_TRACEFS.is_dir():
         reason = _try_mount("tracefs", DEFAULT_TRACEFS)
         if reason is None:
@@ -101,6 +99,9 @@ def locate(mount: bool = True) -> KernelSources:
             notes.append(f"mounted tracefs at {DEFAULT_TRACEFS}")
         else:
             notes.append(f"tracefs is not mounted ({reason})")
+    # Old kernels only have tracing under debugfs (os.path.exists: False, not an error, without access).
+    if tracefs is None and debugfs is not None and os.path.exists(debugfs / "tracing" / "README"):
+        tracefs = debugfs / "tracing"
     return KernelSources(tracefs, debugfs, DEFAULT_KALLSYMS, DEFAULT_BTF_DIR, live=True, notes=notes)
 
 

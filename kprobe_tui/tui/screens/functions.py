@@ -1,0 +1,153 @@
+"""The first screen: every kernel function, a filter box, and why each one can or cannot be probed."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Input, Static
+
+from kprobe_tui.kernel.catalog import STATUS_HELP, Catalog, Function, Status
+from kprobe_tui.matching import MODES, IncrementalFilter, Matcher
+from kprobe_tui.tui.widgets.function_list import STATUS_GLYPH, FunctionList
+
+
+class FunctionsScreen(Screen):
+    """Owns the filter state; the list renders, the detail pane explains."""
+
+    BINDINGS = [
+        Binding("slash", "focus_filter", "Filter"),
+        Binding("ctrl+t", "cycle_mode", "Match mode"),
+        Binding("escape", "clear_filter", "Clear", show=False),
+        Binding("tab", "focus_next", "Next pane", show=False),
+        Binding("n", "show_notes", "Notes", show=False),
+    ]
+
+    def __init__(self, catalog_loader) -> None:
+        super().__init__()
+        self._load_catalog = catalog_loader
+        self.catalog: Catalog | None = None
+        self._filter: IncrementalFilter | None = None
+        self.mode = "substring"
+        self.shown = 0
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="filter-bar"):
+            yield Static("/", id="filter-prompt")
+            yield Input(placeholder="filter: substring, glob (tcp_*), fuzzy  (ctrl+t: mode)", id="filter")
+            yield Static("loading…", id="filter-info")
+        yield Static("", id="notes")
+        yield FunctionList(self._status_of, self._module_of, id="functions")
+        yield Static("", id="detail")
+        yield Static("", id="legend")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#detail", Static).update("Reading /proc/kallsyms, the ftrace list and the blacklist…")
+        self.query_one(FunctionList).focus()
+        self._build_catalog()
+
+    @work(thread=True, exclusive=True)
+    def _build_catalog(self) -> None:
+        catalog = self._load_catalog()
+        self.app.call_from_thread(self.show_catalog, catalog)
+
+    def show_catalog(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+        self._filter = IncrementalFilter(catalog.names)
+        if catalog.notes:
+            more = f" (+{len(catalog.notes) - 1} more: n)" if len(catalog.notes) > 1 else ""
+            self.query_one("#notes", Static).update(Text(f"! {catalog.notes[0]}{more}"))
+            self.query_one("#notes", Static).tooltip = "\n".join(catalog.notes)
+        self._render_legend()
+        self.apply_filter()
+
+    # --- filtering ----------------------------------------------------------------------------
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self) -> None:
+        self.apply_filter()
+
+    @on(Input.Submitted, "#filter")
+    def _filter_submitted(self) -> None:
+        self.query_one(FunctionList).focus()
+
+    def apply_filter(self) -> None:
+        if self._filter is None:
+            return
+        query = self.query_one("#filter", Input).value.strip()
+        matcher = Matcher.for_query(query, "glob" if self.mode == "substring" and any(c in query for c in "*?[") else self.mode)
+        rows = self._filter.apply(matcher)
+        self.shown = len(rows)
+        self.query_one(FunctionList).set_rows(rows, matcher if query else None)
+        label = f"{matcher.mode} · {len(rows):,}/{len(self._filter.names):,}"
+        self.query_one("#filter-info", Static).update(label)
+
+    def action_cycle_mode(self) -> None:
+        self.mode = MODES[(MODES.index(self.mode) + 1) % len(MODES)]
+        self.apply_filter()
+
+    def action_show_notes(self) -> None:
+        if self.catalog is not None and self.catalog.notes:
+            self.notify("\n\n".join(self.catalog.notes), title="About this function list", timeout=15)
+
+    def action_focus_filter(self) -> None:
+        self.query_one("#filter", Input).focus()
+
+    def action_clear_filter(self) -> None:
+        self.query_one("#filter", Input).value = ""
+        self.query_one(FunctionList).focus()
+
+    # --- detail -------------------------------------------------------------------------------
+
+    def _status_of(self, name: str) -> Status:
+        return self.catalog.status(name)
+
+    def _module_of(self, name: str) -> str:
+        return self.catalog.module(name)
+
+    @on(FunctionList.Highlighted)
+    def _highlighted(self, message: FunctionList.Highlighted) -> None:
+        detail = self.query_one("#detail", Static)
+        if message.name is None or self.catalog is None:
+            detail.update("No function matches the filter.")
+            return
+        detail.update(self._describe(self.catalog.function(message.name)))
+
+    def _describe(self, function: Function) -> Text:
+        functions = self.query_one(FunctionList)
+        status_style = functions.get_component_rich_style(f"function-list--{function.status.value}", partial=True)
+        text = Text()
+        text.append(function.name, style="bold")
+        text.append(f"  {STATUS_GLYPH[function.status]} {function.status.value}", style=status_style)
+        text.append("\n")
+        text.append(function.prototype or "(no prototype: not in BTF)", style="italic" if function.prototype else "dim")
+        text.append("\n")
+        where = [f"module {function.module}" if function.module else "core kernel"]
+        if len(function.symbols) == 1 and function.symbols[0].address:
+            where.append(f"address 0x{function.symbols[0].address:x}")
+        if function.size:
+            where.append(f"size {function.size} bytes")
+        text.append("  ".join(where), style="dim")
+        text.append("\n")
+        text.append(function.reason)
+        return text
+
+    def _render_legend(self) -> None:
+        functions = self.query_one(FunctionList)
+        legend = Text()
+        for status in (Status.FTRACE, Status.BREAKPOINT, Status.PROBEABLE, Status.CLONE, Status.AMBIGUOUS,
+                       Status.BLACKLISTED, Status.HIDDEN):
+            style = functions.get_component_rich_style(f"function-list--{status.value}", partial=True)
+            legend.append(f"{STATUS_GLYPH[status]} {status.value} ", style=style)
+        legend_widget = self.query_one("#legend", Static)
+        legend_widget.update(legend)
+        legend_widget.tooltip = "\n".join(f"{STATUS_GLYPH[s]} {s.value}: {text}" for s, text in STATUS_HELP.items())
+
+    @on(FunctionList.Selected)
+    def _selected(self, message: FunctionList.Selected) -> None:
+        self.app.open_source(message.name)

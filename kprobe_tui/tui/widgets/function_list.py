@@ -1,0 +1,168 @@
+"""A list of 100k function names on Textual's Line API: only the visible rows are ever rendered."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
+from textual.binding import Binding
+from textual.geometry import Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from kprobe_tui.kernel.catalog import Status
+from kprobe_tui.matching import Matcher
+
+STATUS_GLYPH = {
+    Status.FTRACE: "●",
+    Status.BREAKPOINT: "◆",
+    Status.PROBEABLE: "○",
+    Status.CLONE: "◇",
+    Status.AMBIGUOUS: "≈",
+    Status.BLACKLISTED: "✕",
+    Status.HIDDEN: "?",
+}
+
+
+class FunctionList(ScrollView, can_focus=True):
+    """Rows are names; the owner supplies each name's status and module through callbacks."""
+
+    COMPONENT_CLASSES = {
+        "function-list--cursor",
+        "function-list--match",
+        "function-list--module",
+        *(f"function-list--{status.value}" for status in Status),
+    }
+    BINDINGS = [
+        Binding("up,k", "move(-1)", "Up", show=False),
+        Binding("down,j", "move(1)", "Down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("home", "jump(0)", "First", show=False),
+        Binding("end", "jump(-1)", "Last", show=False),
+        Binding("enter", "select", "Open source"),
+    ]
+
+    class Highlighted(Message):
+        """The cursor is on a new function (or on none: ``name`` is None)."""
+
+        def __init__(self, name: str | None) -> None:
+            super().__init__()
+            self.name = name
+
+    class Selected(Message):
+        """Enter or a double click on a function."""
+
+        def __init__(self, name: str) -> None:
+            super().__init__()
+            self.name = name
+
+    def __init__(self, classify: Callable[[str], Status], module_of: Callable[[str], str], **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._classify = classify
+        self._module_of = module_of
+        self.rows: list[str] = []
+        self.matcher: Matcher | None = None
+        self.cursor = 0
+
+    def set_rows(self, rows: list[str], matcher: Matcher | None) -> None:
+        """Show a new result, keeping the cursor on the same name when it is still there."""
+        current = self.current
+        self.rows = rows
+        self.matcher = matcher
+        widest = max((len(name) for name in rows[:2000]), default=0) + 24
+        self.virtual_size = Size(widest, len(rows))
+        self.cursor = 0
+        if current is not None and rows and len(rows) < 50000:
+            try:
+                self.cursor = rows.index(current)
+            except ValueError:
+                pass
+        self._show_cursor()
+        self.refresh()
+        self.post_message(self.Highlighted(self.current))
+
+    @property
+    def current(self) -> str | None:
+        return self.rows[self.cursor] if 0 <= self.cursor < len(self.rows) else None
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        index = scroll_y + y
+        width = self.scrollable_content_region.width
+        if index >= len(self.rows):
+            return Strip.blank(width, self.rich_style)
+        name = self.rows[index]
+        status = self._classify(name)
+        base = self.rich_style
+        if index == self.cursor:
+            base = base + self.get_component_rich_style("function-list--cursor", partial=True)
+        status_style = self.get_component_rich_style(f"function-list--{status.value}", partial=True)
+        segments = [Segment(f" {STATUS_GLYPH[status]} ", base + status_style)]
+        segments.extend(self._name_segments(name, base + status_style))
+        module = self._module_of(name)
+        if module:
+            segments.append(Segment(f"  [{module}]", base + self.get_component_rich_style("function-list--module", partial=True)))
+        strip = Strip(segments).extend_cell_length(scroll_x + width, base)
+        return strip.crop(scroll_x, scroll_x + width)
+
+    def _name_segments(self, name: str, style: Style) -> list[Segment]:
+        spans = self.matcher.spans(name) if self.matcher else []
+        if not spans:
+            return [Segment(name, style)]
+        match_style = style + self.get_component_rich_style("function-list--match", partial=True)
+        segments, at = [], 0
+        for start, end in spans:
+            if start > at:
+                segments.append(Segment(name[at:start], style))
+            segments.append(Segment(name[start:end], match_style))
+            at = end
+        if at < len(name):
+            segments.append(Segment(name[at:], style))
+        return segments
+
+    # --- cursor -------------------------------------------------------------------------------
+
+    def _move_to(self, index: int) -> None:
+        if not self.rows:
+            return
+        index = max(0, min(index, len(self.rows) - 1))
+        if index == self.cursor:
+            return
+        previous = self.cursor
+        self.cursor = index
+        self._show_cursor()
+        self.refresh_line(previous)
+        self.refresh_line(index)
+        self.post_message(self.Highlighted(self.current))
+
+    def _show_cursor(self) -> None:
+        top = int(self.scroll_offset.y)
+        height = max(1, self.scrollable_content_region.height)
+        if self.cursor < top:
+            self.scroll_to(y=self.cursor, animate=False, immediate=True)
+        elif self.cursor >= top + height:
+            self.scroll_to(y=self.cursor - height + 1, animate=False, immediate=True)
+
+    def action_move(self, delta: int) -> None:
+        self._move_to(self.cursor + delta)
+
+    def action_page(self, direction: int) -> None:
+        self._move_to(self.cursor + direction * max(1, self.scrollable_content_region.height - 1))
+
+    def action_jump(self, index: int) -> None:
+        self._move_to(index if index >= 0 else len(self.rows) - 1)
+
+    def action_select(self) -> None:
+        if self.current is not None:
+            self.post_message(self.Selected(self.current))
+
+    def on_click(self, event: events.Click) -> None:
+        index = int(self.scroll_offset.y) + event.y
+        if 0 <= index < len(self.rows):
+            self._move_to(index)
+            if event.chain >= 2:
+                self.action_select()
