@@ -44,6 +44,8 @@ STATUS_HELP = {
     Status.HIDDEN: "unknown: addresses or lists hidden",
 }
 
+_KALLSYMS_LINE = re.compile(r"^([0-9a-fA-F]+) ([A-Za-z]) (\S+)(?:[ \t]+\[([^\]\s]+)\])?[ \t]*$", re.M)
+
 # Padding (CONFIG_CALL_PADDING) and CFI stubs sit before functions in kallsyms; they are not functions.
 _NOT_FUNCTIONS = ("__pfx_", "__cfi_")
 
@@ -112,8 +114,8 @@ class Catalog:
         self.sources = sources
         self.notes: list[str] = []
         self.garbage_lines = 0
-        self._symbols: dict[str, list[Symbol]] = {}
-        self._padding_addresses: list[int] = []  # where padding before a function starts
+        self._symbols: dict[str, list[tuple[str, str]]] = {}  # name -> [(hex address, module)]
+        self._padding_addresses: list[str] = []  # where padding before a function starts (hex)
         self._ftrace: dict[str, str] | None = None  # name -> module
         self._blacklist_names: set[str] = set()
         self._blacklist_ranges: list[tuple[int, int, str]] = []
@@ -136,40 +138,34 @@ class Catalog:
         self.names: list[str] = sorted(names)
         self._text_addresses: list[int] | None = None
         self._classified: dict[str, tuple[Status, str]] = {}
+        self.details_ready = False  # set by warm(): function() no longer loads BTF or sorts addresses
         self.function = lru_cache(maxsize=4096)(self._function)
 
     # --- building ---------------------------------------------------------------------------
 
     def _load_kallsyms(self) -> None:
-        lines = _read_lines(self.sources.kallsyms, "kallsyms", self.notes)
-        if lines is None:
+        # One regex pass in C over the whole file; addresses stay hex text until someone looks.
+        try:
+            text = self.sources.kallsyms.read_text(errors="replace")
+        except OSError as exc:
+            self.notes.append(f"kallsyms: cannot read {self.sources.kallsyms} ({exc.strerror or exc})")
             return
+        rows = _KALLSYMS_LINE.findall(text)
+        self.garbage_lines = text.count("\n") + (not text.endswith("\n") and bool(text)) - len(rows)
         symbols = self._symbols
         padding = self._padding_addresses
-        nonzero = False
-        for line in lines:
-            parts = line.split()
-            if len(parts) < 3 or len(parts[1]) != 1:
-                self.garbage_lines += 1
-                continue
-            if parts[1] not in "tT":
-                continue
-            name = parts[2]
-            try:
-                address = int(parts[0], 16)
-            except ValueError:
-                self.garbage_lines += 1
+        for address, kind, name, module in rows:
+            if kind not in "tT":
                 continue
             if name.startswith(_NOT_FUNCTIONS):
                 padding.append(address)
                 continue
-            nonzero = nonzero or address != 0
-            module = parts[3].strip("[]") if len(parts) > 3 else ""
             found = symbols.get(name)
             if found is None:
-                symbols[name] = [Symbol(address, module)]
+                symbols[name] = [(address, module)]
             else:
-                found.append(Symbol(address, module))
+                found.append((address, module))
+        nonzero = any(address.strip("0") for address, _, _, _ in rows[:100])
         if symbols and not nonzero:
             self._addresses_hidden = True
             self.notes.append(
@@ -231,15 +227,18 @@ class Catalog:
         """Status and reason, cached: the browser colours every visible row with it."""
         found = self._classified.get(name)
         if found is None:
-            found = self._classified[name] = self._classify(name, tuple(self._symbols.get(name, ())))
+            found = self._classified[name] = self._classify(name, self._symbols_of(name))
         return found
 
     def module(self, name: str) -> str:
         symbols = self._symbols.get(name)
-        return symbols[0].module if symbols else (self._ftrace or {}).get(name, "")
+        return symbols[0][1] if symbols else (self._ftrace or {}).get(name, "")
+
+    def _symbols_of(self, name: str) -> tuple[Symbol, ...]:
+        return tuple(Symbol(int(address, 16), module) for address, module in self._symbols.get(name, ()))
 
     def _function(self, name: str) -> Function:
-        symbols = tuple(self._symbols.get(name, ()))
+        symbols = self._symbols_of(name)
         module = self.module(name)
         status, reason = self.classify(name)
         return Function(name, module, symbols, self._size(symbols), status, reason, self.prototype(name, module))
@@ -308,9 +307,16 @@ class Catalog:
 
     def _all_text_addresses(self) -> list[int]:
         # Padding symbols count here: they mark where the previous function ends.
-        found = set(self._padding_addresses)
-        found.update(s.address for symbols in self._symbols.values() for s in symbols)
+        found = {int(address, 16) for address in self._padding_addresses}
+        found.update(int(address, 16) for symbols in self._symbols.values() for address, _ in symbols)
         return sorted(found)
+
+    def warm(self) -> None:
+        """Load what ``function()`` needs beyond names (BTF, sorted addresses); for a background thread."""
+        self._btf_for("")
+        if self._text_addresses is None:
+            self._text_addresses = self._all_text_addresses()
+        self.details_ready = True
 
     # --- prototypes -------------------------------------------------------------------------
 

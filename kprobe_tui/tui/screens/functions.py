@@ -55,6 +55,8 @@ class FunctionsScreen(Screen):
     def _build_catalog(self) -> None:
         catalog = self._load_catalog()
         self.app.call_from_thread(self.show_catalog, catalog)
+        catalog.warm()  # prototypes and sizes, after the list is on screen
+        self.app.call_from_thread(self._show_detail, self.query_one(FunctionList).current)
 
     def show_catalog(self, catalog: Catalog) -> None:
         self.catalog = catalog
@@ -112,11 +114,17 @@ class FunctionsScreen(Screen):
 
     @on(FunctionList.Highlighted)
     def _highlighted(self, message: FunctionList.Highlighted) -> None:
+        self._show_detail(message.name)
+
+    def _show_detail(self, name: str | None) -> None:
         detail = self.query_one("#detail", Static)
-        if message.name is None or self.catalog is None:
+        if name is None or self.catalog is None:
             detail.update("No function matches the filter.")
-            return
-        detail.update(self._describe(self.catalog.function(message.name)))
+        elif self.catalog.details_ready:
+            detail.update(self._describe(self.catalog.function(name)))
+        else:  # BTF still loading: what is known without it
+            status, reason = self.catalog.classify(name)
+            detail.update(self._describe(Function(name, self.catalog.module(name), (), None, status, reason, None)))
 
     def _describe(self, function: Function) -> Text:
         functions = self.query_one(FunctionList)

@@ -161,7 +161,10 @@ class FunctionList(ScrollView, can_focus=True):
             self.post_message(self.Selected(self.current))
 
     def on_click(self, event: events.Click) -> None:
-        index = int(self.scroll_offset.y) + event.y
+        offset = event.get_content_offset(self)  # None on the border or the scrollbar
+        if offset is None:
+            return
+        index = int(self.scroll_offset.y) + offset.y
         if 0 <= index < len(self.rows):
             self._move_to(index)
             if event.chain >= 2:

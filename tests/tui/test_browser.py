@@ -1,0 +1,93 @@
+"""The function browser driven through Textual's Pilot on the real kernel's function list."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kprobe_tui.kernel.catalog import Status
+from kprobe_tui.kernel.sources import locate
+from kprobe_tui.tui.app import KprobeTui
+from kprobe_tui.tui.widgets.function_list import FunctionList
+
+SCREENSHOTS = Path(__file__).parents[2] / "screenshots"
+
+
+async def _loaded(pilot) -> FunctionList:
+    functions = pilot.app.screen.query_one(FunctionList)
+    for _ in range(200):
+        if functions.rows:
+            return functions
+        await pilot.pause(0.05)
+    raise AssertionError("the function list never loaded")
+
+
+def _detail(app) -> str:
+    return str(app.screen.query_one("#detail").render())
+
+
+async def test_typing_filters_and_counts_matches():
+    app = KprobeTui(locate())
+    async with app.run_test(size=(80, 24)) as pilot:
+        functions = await _loaded(pilot)
+        total = len(functions.rows)
+        await pilot.press("slash", *"vfs_rea")
+        expected = [name for name in app.catalog.names if "vfs_rea" in name]
+        assert functions.rows == expected
+        assert str(app.screen.query_one("#filter-info").render()) == f"substring · {len(expected):,}/{total:,}"
+        await pilot.press("d", "enter")  # back to the list
+        assert functions.has_focus
+        assert "vfs_read" in functions.rows
+
+
+async def test_glob_and_fuzzy_modes():
+    app = KprobeTui(locate())
+    async with app.run_test(size=(80, 24)) as pilot:
+        functions = await _loaded(pilot)
+        await pilot.press("slash", *"tcp_v4_*")
+        assert functions.rows and all(name.startswith("tcp_v4_") for name in functions.rows)
+        await pilot.press("ctrl+t", "ctrl+t")  # substring (auto-glob on wildcards) -> glob -> fuzzy
+        assert app.screen.mode == "fuzzy"
+        await pilot.press("ctrl+a", "ctrl+k", *"tcpv4rcv")
+        assert "tcp_v4_rcv" in functions.rows
+        assert functions.matcher.spans("tcp_v4_rcv")  # what matched is highlighted
+
+
+async def test_keyboard_and_mouse_move_the_cursor_and_the_detail_follows():
+    app = KprobeTui(locate())
+    async with app.run_test(size=(80, 24)) as pilot:
+        functions = await _loaded(pilot)
+        await pilot.press("slash", *"vfs_", "enter")
+        await pilot.press("down", "down")
+        assert functions.cursor == 2
+        assert _detail(app).startswith(functions.rows[2])
+        await pilot.press("end")
+        assert functions.cursor == len(functions.rows) - 1
+        await pilot.press("home")
+        await pilot.click(FunctionList, offset=(5, 4))  # border row + 3 rows down
+        assert functions.cursor == 3
+        assert _detail(app).startswith(functions.rows[3])
+
+
+async def test_detail_explains_an_ambiguous_function():
+    app = KprobeTui(locate())
+    async with app.run_test(size=(100, 30)) as pilot:
+        functions = await _loaded(pilot)
+        ambiguous = next(name for name in app.catalog.names if app.catalog.status(name) is Status.AMBIGUOUS)
+        await pilot.press("slash", *ambiguous, "enter")
+        functions.action_jump(functions.rows.index(ambiguous))
+        await pilot.pause()
+        detail = _detail(app)
+        count = len(app.catalog.function(ambiguous).symbols)
+        assert "ambiguous" in detail and f"{count} symbols share this name" in detail
+
+
+async def test_screenshot_at_80x24():
+    app = KprobeTui(locate())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _loaded(pilot)
+        await pilot.press("slash", *"tcp_sendmsg", "enter")
+        SCREENSHOTS.mkdir(exist_ok=True)
+        app.save_screenshot(filename="functions-80x24.svg", path=str(SCREENSHOTS))
+        assert (SCREENSHOTS / "functions-80x24.svg").stat().st_size > 1000
