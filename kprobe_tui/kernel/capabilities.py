@@ -213,14 +213,16 @@ def report(caps: Capabilities) -> str:
             lines.append(f"  [{mark}] {item.label:<36} {item.detail}")
     lines.append("")
     lines.append("Verdict")
-    if caps.can_probe_kernel:
-        lines.append("  kernel probes: yes")
-    else:
-        reason = caps.items["kprobe_events"].detail if not caps.has("kprobe_events") else caps.items["write"].detail
-        lines.append(f"  kernel probes: no ({reason})")
-    if caps.can_probe_user:
-        lines.append("  user-space probes (-x BINARY): yes")
-    else:
-        reason = caps.items["uprobe_events"].detail if not caps.has("uprobe_events") else caps.items["write"].detail
-        lines.append(f"  user-space probes (-x BINARY): no ({reason})")
+    for label, kind_key, possible in (
+        ("kernel probes", "kprobe_events", caps.can_probe_kernel),
+        ("user-space probes (-x BINARY)", "uprobe_events", caps.can_probe_user),
+    ):
+        if possible:
+            lines.append(f"  {label}: yes")
+        elif not caps.has(kind_key):
+            lines.append(f"  {label}: no ({caps.items[kind_key].detail})")
+        elif not caps.sources.live:
+            lines.append(f"  {label}: yes on that kernel (a snapshot can only be explored, not probed)")
+        else:
+            lines.append(f"  {label}: no ({caps.items['write'].detail})")
     return "\n".join(lines)

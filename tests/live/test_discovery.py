@@ -150,3 +150,39 @@ def test_non_root_user_is_told_it_is_read_only_and_addresses_are_hidden(sources)
     assert addresses == "False"
     assert "zero addresses" in notes
     assert vfs_read in ("hidden", "probeable", "ftrace", "breakpoint")
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kprobe_tui", *args], capture_output=True, text=True)
+
+
+def test_a_snapshot_of_this_machine_lists_what_the_live_kernel_lists(tmp_path):
+    archive = tmp_path / "here.tar.xz"
+    made = _cli("snapshot", str(archive))
+    assert made.returncode == 0, made.stderr
+    assert f"wrote {archive}" in made.stdout
+    live = _cli("funcs", "--all", "vfs_").stdout
+    offline = _cli("--snapshot", str(archive), "funcs", "--all", "vfs_").stdout
+    assert live == offline and "vfs_read\t" in live
+
+
+def test_offline_flags_point_every_reader_at_copies(tmp_path):
+    """--tracefs/--debugfs/--kallsyms/--btf on an unpacked real snapshot (Debian 6.1)."""
+    import tarfile
+    from pathlib import Path
+
+    with tarfile.open(Path(__file__).parents[1] / "fixtures" / "snapshots" / "debian-6.1.tar.gz") as archive:
+        archive.extractall(tmp_path, filter="data")
+    flags = ["--tracefs", str(tmp_path / "tracefs"), "--debugfs", str(tmp_path / "debugfs"),
+             "--kallsyms", str(tmp_path / "proc" / "kallsyms"), "--btf", str(tmp_path / "btf" / "vmlinux")]
+    rows = _cli(*flags, "funcs", "--all", "do_int3").stdout
+    assert rows.startswith("do_int3\tblacklisted\t")
+    doctor = _cli(*flags, "doctor").stdout
+    assert "[ok] kernel probes (kprobe_events)" in doctor and "[ok] kprobe blacklist" in doctor
+
+
+def test_version_and_help():
+    assert _cli("--version").stdout.startswith("kprobe-tui ")
+    helptext = _cli("--help").stdout
+    for command in ("funcs", "doctor", "snapshot"):
+        assert command in helptext

@@ -61,10 +61,12 @@ class FunctionsScreen(Screen):
     def show_catalog(self, catalog: Catalog) -> None:
         self.catalog = catalog
         self._filter = IncrementalFilter(catalog.names)
+        notes = self.query_one("#notes", Static)
+        notes.display = bool(catalog.notes)
         if catalog.notes:
             more = f" (+{len(catalog.notes) - 1} more: n)" if len(catalog.notes) > 1 else ""
-            self.query_one("#notes", Static).update(Text(f"! {catalog.notes[0]}{more}"))
-            self.query_one("#notes", Static).tooltip = "\n".join(catalog.notes)
+            notes.update(Text(f"! {catalog.notes[0]}{more}"))
+            notes.tooltip = "\n".join(catalog.notes)
         self._render_legend()
         self.apply_filter()
 
