@@ -48,6 +48,7 @@ class ElfSymbols:
         try:
             with open(self.path, "rb") as stream:
                 elf = ELFFile(stream)
+                self.has_debug_info = elf.get_section_by_name(".debug_info") is not None
                 self.segments = [
                     (seg["p_vaddr"], seg["p_filesz"], seg["p_offset"])
                     for seg in elf.iter_segments()
@@ -103,7 +104,17 @@ def elf_symbols(path: str) -> ElfSymbols:
     return ElfSymbols(path)
 
 
-def _raw_fetch(arg: ProbeArg, spec: ProbeSpec, arg_n_supported: bool) -> str:
+def uprobe_data_fetch(binary: str, data_address: int, probe_address: int) -> str:
+    """``@+X`` for a uprobe: the kernel reads at (probe's mapped address - probe's file offset) + X.
+
+    So X is not the data's file offset (data and text segments are shifted differently between
+    file and memory); it is the data's address relative to where the probe's segment puts offset 0.
+    """
+    text_bias = probe_address - elf_symbols(binary).file_offset(probe_address)
+    return f"@+{data_address - text_bias}"
+
+
+def _raw_fetch(arg: ProbeArg, spec: ProbeSpec, arg_n_supported: bool, probe_address: int | None) -> str:
     """Fetch-args that need no debug info: registers, $argN, $retval, $comm, @symbol, raw text."""
     if arg.kind == "reg":
         return f"%{arg.var}"
@@ -114,7 +125,8 @@ def _raw_fetch(arg: ProbeArg, spec: ProbeSpec, arg_n_supported: bool) -> str:
     if arg.kind == "raw":
         return arg.text
     if arg.kind == "argN":
-        if arg_n_supported:
+        # uprobes refuse $argN ("only on function entry or exit": they cannot tell), kprobes need README's $arg<N>
+        if arg_n_supported and not spec.is_uprobe:
             return f"$arg{arg.index}"
         if arg.index > len(ARG_REGISTERS):
             raise UserError(f"{arg.text!r}: only the first {len(ARG_REGISTERS)} parameters are in registers", "read the stack with $stackN")
@@ -122,13 +134,12 @@ def _raw_fetch(arg: ProbeArg, spec: ProbeSpec, arg_n_supported: bool) -> str:
     if arg.kind == "symbol":
         if not spec.is_uprobe:
             return f"@{arg.var}" + (f"{arg.index:+d}" if arg.index else "")
-        # uprobes cannot name symbols; @+OFFSET reads the file's data at that offset once mapped.
-        target = _data_symbol_offset(spec.binary, arg.var) + arg.index
-        return f"@+{target}"
+        # uprobes cannot name symbols: compute the address relative to the probed mapping
+        return uprobe_data_fetch(spec.binary, _data_symbol_address(spec.binary, arg.var) + arg.index, probe_address)
     raise UserError(f"{arg.text!r}: needs debug info to compile", "give a binary with DWARF (-x) or a vmlinux (-k)")
 
 
-def _data_symbol_offset(binary: str, name: str) -> int:
+def _data_symbol_address(binary: str, name: str) -> int:
     from elftools.elf.elffile import ELFFile
 
     with open(binary, "rb") as stream:
@@ -137,7 +148,7 @@ def _data_symbol_offset(binary: str, name: str) -> int:
             section = elf.get_section_by_name(section_name)
             for sym in section.get_symbol_by_name(name) or () if section else ():
                 if sym["st_value"]:
-                    return elf_symbols(binary).file_offset(sym["st_value"])
+                    return sym["st_value"]
     raise UserError(f"@{name}: no such symbol in {binary}", f"list them with: nm {binary}")
 
 
@@ -178,7 +189,7 @@ def compile_raw(spec: ProbeSpec, group: str, taken: Iterable[str] = (), arg_n_su
     """A probe at a function entry/return/offset or address, with register-level args only."""
     if needs_debuginfo(spec):
         raise UserError(f"{spec.place_text()!r} with C variables needs debug info", "compile_dwarf or compile_btf handles it")
-    function, function_offset = spec.function, spec.offset
+    function, function_offset, address = spec.function, spec.offset, None
     if spec.is_uprobe:
         symbols = elf_symbols(spec.binary)
         if spec.address is not None:
@@ -196,6 +207,437 @@ def compile_raw(spec: ProbeSpec, group: str, taken: Iterable[str] = (), arg_n_su
     else:
         place = f"{spec.function}+{spec.offset}" if spec.kind != "fprobe" else spec.function
     fetches = name_fetch_args(
-        (arg, default_arg_name(arg), _raw_fetch(arg, spec, arg_n_supported), arg.type) for arg in spec.args
+        (arg, default_arg_name(arg), _raw_fetch(arg, spec, arg_n_supported, address), arg.type) for arg in spec.args
     )
     return CompiledProbe(spec, group, event_name(spec, taken), place, fetches, function, function_offset)
+
+
+def _has_dwarf(path: str) -> bool:
+    """Whether a file carries its own .debug_info (then $retval gets the function's return type)."""
+    try:
+        return elf_symbols(path).has_debug_info
+    except UserError:
+        return False
+
+
+def compile_spec(
+    spec: ProbeSpec,
+    group: str,
+    taken: Iterable[str] = (),
+    *,
+    readme: str = "",
+    vmlinux: str | None = None,
+    btf_path: str | Path | None = None,
+) -> list[CompiledProbe]:
+    """Compile a spec the best way available: raw, from DWARF (-x BIN or -k VMLINUX), or from BTF.
+
+    ``readme`` is tracefs README: it says whether this kernel takes $argN and BTF argument names.
+    A line probe can compile to several probes (inlined copies), named ``ev``, ``ev_1``...
+    """
+    debug_file = spec.binary or vmlinux
+    untyped_retval = any(a.kind == "retval" and not a.type for a in spec.args)
+    typed_retval = untyped_retval and (_has_dwarf(debug_file) if debug_file else _btf_available(btf_path))
+    if not needs_debuginfo(spec) and not typed_retval:
+        return [compile_raw(spec, group, taken, arg_n_supported="$arg<N>" in readme)]
+    if spec.is_uprobe or vmlinux:
+        return compile_dwarf(spec, group, taken, vmlinux=vmlinux)
+    return [compile_btf(spec, group, taken, readme=readme, btf_path=btf_path)]
+
+
+def _btf_available(btf_path: str | Path | None) -> bool:
+    return Path(btf_path or "/sys/kernel/btf/vmlinux").exists()
+
+
+# -- DWARF ------------------------------------------------------------------------------------
+
+
+def compile_dwarf(spec: ProbeSpec, group: str, taken: Iterable[str] = (), *, vmlinux: str | None = None) -> list[CompiledProbe]:
+    """C-level args at every address the spec names (inlined copies included), from DWARF."""
+    if spec.address is not None:
+        raise UserError(f"{spec.place_text()!r}: C variables at a raw address are not compiled", "probe FUNC+OFFSET instead")
+    info = _debuginfo(spec.binary, vmlinux, _mtime(spec.binary or vmlinux))
+    points = [(point, place) for place in _function_places(info, spec) for point in info.probe_points(place, externs=True)]
+    if not points:
+        raise UserError(f"{spec.place_text()!r}: no probeable address", "for a line, see which lines are probeable: kprobe-tui lines FUNC")
+    probes: list[CompiledProbe] = []
+    taken = list(taken)
+    for point, place in points:
+        notes: list[str] = [f"inlined copy in {point.function}"] if point.is_inline else []
+        point = _moved_point(info, spec, point, notes)
+        fetches = _dwarf_fetches(info, spec, point, notes)
+        line = int(place.rsplit(":", 1)[1]) if spec.lazy is not None else None  # ;PTN: the line it matched
+        name = event_name(spec, taken, line)
+        taken.append(name)
+        where = f"{spec.binary}:0x{point.file_offset:x}" if spec.is_uprobe else f"{point.function}+{point.offset}"
+        probes.append(CompiledProbe(spec, group, name, where, fetches, point.function, point.offset, tuple(notes)))
+    return probes
+
+
+def _function_places(info, spec: ProbeSpec) -> list[str]:
+    """The spec as the debuginfo engine's FUNC[@SRC][:RLN][%return] places (SRC:ALN and ;PTN resolved)."""
+    if spec.lazy is not None:
+        return _lazy_places(info, spec)
+    if spec.function is None:  # SRC:ALN -> the function holding that line, and the line relative to it
+        return [_source_line_place(info, spec.source, spec.line)]
+    place = spec.function + (f"@{spec.source}" if spec.source else "") + (f":{spec.line}" if spec.line is not None else "")
+    return [place + ("%return" if spec.is_return else "")]
+
+
+def _lazy_places(info, spec: ProbeSpec) -> list[str]:
+    """perf's ;PTN: the probeable lines of the function whose text matches the glob, spaces ignored."""
+    import fnmatch
+
+    from kprobe_tui.debuginfo.lines import INT_MAX, LineSpec, find_line_range
+
+    if spec.function is None:
+        raise UserError(f"{spec.place_text()!r}: a pattern needs the function to search", f"write FUNC@{spec.source};{spec.lazy}")
+    found = find_line_range(info, LineSpec(spec.function, spec.source, 0, INT_MAX))
+    source = info.source_file(found.path, found.comp_dir_cu) if found.path else None
+    if source is None:
+        raise UserError(f"{spec.place_text()!r}: the source text of {found.path or spec.function} is not found",
+                        "a ;PATTERN is matched against the source: run where the source tree is")
+    with open(source, errors="replace") as stream:
+        text = stream.read().splitlines()
+    pattern = "".join(spec.lazy.split())
+    lines = [n for n in found.lines if n <= len(text) and fnmatch.fnmatchcase("".join(text[n - 1].split()), pattern)]
+    if not lines:
+        raise UserError(f"{spec.lazy!r}: no probeable line of {spec.function} matches",
+                        "the pattern is a glob matched against whole lines, spaces ignored: e.g. ';sum +=*'")
+    at = f"@{spec.source}" if spec.source else ""
+    return [f"{spec.function}{at}:{n - found.offset}" for n in lines]
+
+
+def _source_line_place(info, source: str, line: int) -> str:
+    from kprobe_tui.debuginfo import dwarfinfo as dw
+    from kprobe_tui.debuginfo.lines import LineSpec, find_line_range
+
+    found = find_line_range(info, LineSpec(None, source, line, line))
+    if line not in found.lines:
+        raise UserError(f"{source}:{line}: not a probeable line", f"see which are: kprobe-tui lines {source}:{max(1, line - 5)}-{line + 5}")
+    unit = info.units.of(found.comp_dir_cu)
+    for row in unit.rows:
+        name = unit.file_name(row.file)
+        if row.line == line and not row.end_sequence and name and dw.strtailcmp(source, name):
+            function = info.real_function_at(unit.cu, row.address)
+            if function is not None and dw.name_of(function):
+                return f"{dw.name_of(function)}@{source}:{line - dw.decl_line(function)}"
+    raise UserError(f"{source}:{line}: no function holds this line", "probe FUNC:LINE instead")
+
+
+def _mtime(path: str | None) -> float:
+    try:
+        return Path(path).stat().st_mtime if path else 0.0
+    except OSError:
+        return 0.0
+
+
+@lru_cache(maxsize=4)
+def _debuginfo(binary: str | None, vmlinux: str | None, mtime: float):
+    """Opened once per file version: the TUI compiles many specs against the same binary."""
+    from kprobe_tui.debuginfo.scope import open_debuginfo
+
+    return open_debuginfo(binary=binary, vmlinux=vmlinux)
+
+
+def _moved_point(info, spec: ProbeSpec, point, notes: list[str]):
+    """The point after +OFF, or after perf's prologue skip (unoptimised uprobes reading variables)."""
+    address = point.address
+    if spec.offset:
+        address += spec.offset
+    elif _skips_prologue(info, spec, point):
+        address = _after_prologue(info, point.address)
+        if address != point.address:
+            notes.append(f"prologue skipped (probe 0x{point.address:x} to see the function's very first instruction)")
+    if address == point.address:
+        return point
+    function = info.real_function_at(info.cu(info.aranges.cu_at(point.address)), address)
+    if function is None:
+        raise UserError(f"+{spec.offset}: past the end of {spec.function}", "use an offset inside the function")
+    from dataclasses import replace as copy
+
+    return copy(point, address=address, offset=point.offset + address - point.address,
+                file_offset=info.file_offset(address), variables=info.variables_at(function, function, address, externs=True))
+
+
+def _skips_prologue(info, spec: ProbeSpec, point) -> bool:
+    """perf's skip_prologue(): uprobes, -O0 code, FUNC or FUNC@SRC entry, with variables to read."""
+    if not spec.is_uprobe or spec.kind != "entry" or point.is_inline:
+        return False
+    if not any(a.kind in ("var", "params", "vars") for a in spec.args):
+        return False
+    cu_offset = info.aranges.cu_at(point.address)
+    producer = info.cu(cu_offset).get_top_DIE().attributes.get("DW_AT_producer") if cu_offset is not None else None
+    flags = producer.value.decode(errors="replace") if producer else ""
+    return not any(flag.startswith("-O") and flag not in ("-O0",) for flag in flags.split())
+
+
+def _after_prologue(info, entry: int) -> int:
+    """The first line-table address after the entry whose source line differs: the body's start."""
+    from kprobe_tui.debuginfo import dwarfinfo as dw
+
+    unit = info.units.of(info.cu(info.aranges.cu_at(entry)))
+    function = info.real_function_at(unit.cu, entry)
+    high = max(end for _, end in dw.ranges_of(function, info.units))
+    entry_line = None
+    for row in unit.rows:
+        if row.address < entry or row.end_sequence:
+            continue
+        if row.address >= high:
+            break
+        if entry_line is None:
+            entry_line = row.line
+        elif row.line != entry_line and row.address > entry:
+            return row.address
+    return entry
+
+
+def _dwarf_fetches(info, spec: ProbeSpec, point, notes: list[str]) -> tuple[FetchArg, ...]:
+    from kprobe_tui.probes import locations as loc
+
+    absolute = _absolute_fetch(info, spec, point.address)
+    pairs: list[tuple[ProbeArg | None, str, str, str | None]] = []
+    for arg in spec.args:
+        if arg.kind == "var":
+            variable = _find_variable(point, arg.var, spec)
+            fetch, type_, more = _variable_fetch(info, spec, point, variable, arg, absolute)
+            notes += more
+            pairs.append((arg, default_arg_name(arg), fetch, type_))
+        elif arg.kind in ("params", "vars"):
+            chosen = _scope_variables(point, params_only=arg.kind == "params")
+            for variable in chosen:
+                path_arg = ProbeArg(variable.name, "var", var=variable.name)
+                try:
+                    fetch, type_, more = _variable_fetch(info, spec, point, variable, path_arg, absolute)
+                except loc.NotExpressible as exc:
+                    notes.append(f"{arg.text}: skipped {exc.message}")
+                    continue
+                notes += more
+                pairs.append((None, variable.name, fetch, type_))
+        elif arg.kind == "retval" and not arg.type:
+            pairs.append((arg, "retval", "$retval", _return_type(info, spec)))
+        else:
+            pairs.append((arg, default_arg_name(arg), _raw_fetch(arg, spec, False, point.address), arg.type))
+    return name_fetch_args(pairs)
+
+
+def _scope_variables(point, params_only: bool) -> list:
+    """Locals (or parameters) at the point, one per name: the innermost wins (perf dedups too)."""
+    chosen: dict[str, object] = {}
+    for variable in point.variables:
+        if variable.is_external or (params_only and not variable.is_param):
+            continue
+        if variable.location is None and variable.const_value is None:
+            continue  # optimised out here
+        chosen[variable.name] = variable
+    return list(chosen.values())
+
+
+def _find_variable(point, name: str, spec: ProbeSpec):
+    """The innermost variable of that name in scope (later in the walk is deeper), else a global."""
+    locals_ = [v for v in point.variables if v.name == name and not v.is_external]
+    globals_ = [v for v in point.variables if v.name == name and v.is_external]
+    if locals_ or globals_:
+        return (locals_ or globals_)[-1] if locals_ else globals_[0]
+    in_scope = sorted({v.name for v in point.variables if not v.is_external})
+    raise UserError(
+        f"{name!r}: no such variable at {spec.place_text()} ({point.function}+{point.offset})",
+        f"in scope there: {', '.join(in_scope) or 'nothing'}",
+    )
+
+
+def _variable_fetch(info, spec: ProbeSpec, point, variable, arg: ProbeArg, absolute) -> tuple[str, str, list[str]]:
+    from kprobe_tui.probes import locations as loc
+
+    what = arg.text
+    if variable.const_value is not None and variable.location is None:
+        if isinstance(variable.const_value, bytes) or arg.path:
+            raise loc.NotExpressible(f"{what}: {variable.name} is a compile-time constant without storage")
+        return f"\\{variable.const_value}", arg.type or loc.fetch_type(variable.type_die, what), []
+    if variable.location is None:
+        raise loc.NotExpressible(
+            f"{variable.name}: optimised out at {point.function}+{point.offset} (line {point.line})",
+            "probe another line where it is live (kprobe-tui vars shows where), or build with -O0/-Og",
+        )
+    located = loc.evaluate(
+        variable.location, variable.name,
+        frame_base=lambda: _frame_base(info, spec, point, variable, absolute),
+        cfa=lambda: loc.cfa_at(_cfi_file(info, spec), point.address, variable.name),
+        absolute=absolute,
+    )
+    obj = loc.walk(loc.Object(variable.type_die, located), arg.path, variable.name, absolute)
+    return loc.object_fetch(obj, what, arg.type, absolute)
+
+
+def _frame_base(info, spec: ProbeSpec, point, variable, absolute):
+    from kprobe_tui.probes import locations as loc
+
+    if not variable.frame_base:
+        raise loc.NotExpressible(f"{variable.name}: the function has no frame base at this address")
+    base = loc.evaluate(
+        variable.frame_base, f"frame base of {point.function}",
+        cfa=lambda: loc.cfa_at(_cfi_file(info, spec), point.address, variable.name), absolute=absolute,
+    )
+    if base.value is not None and base.value.startswith("%"):
+        return loc.Value(base.value, 0)  # DW_OP_regN as a frame base means the register's contents
+    if base.address is None:
+        raise loc.NotExpressible(f"{variable.name}: the frame base is not register-based here")
+    return base.address
+
+
+def _cfi_file(info, spec: ProbeSpec) -> str:
+    """Where the call-frame information is: the binary itself (.eh_frame), else the debug file."""
+    return str(spec.binary or info.located.debug_file)
+
+
+def _return_type(info, spec: ProbeSpec) -> str | None:
+    from kprobe_tui.probes import locations as loc
+
+    site = info.function(spec.function)[0]
+    return_type = loc.type_of(site.die)
+    if return_type is None:
+        return None
+    try:
+        return loc.fetch_type(return_type, "$retval")
+    except loc.NotExpressible:
+        return None  # a struct returned in registers: the raw %ax is the best there is
+
+
+def _absolute_fetch(info, spec: ProbeSpec, probe_address: int):
+    """Memory at a link-time address: ``@+X`` for uprobes, ``@symbol+off`` for kprobes (KASLR-proof)."""
+    if spec.is_uprobe:
+        return lambda address: uprobe_data_fetch(spec.binary, address, probe_address)
+
+    def kernel(address: int) -> str:
+        name, delta = _data_symbol_containing(str(info.located.debug_file), address)
+        return f"@{name}{delta:+d}" if delta else f"@{name}"
+
+    return kernel
+
+
+@lru_cache(maxsize=4)
+def _data_symbols(path: str) -> list[tuple[int, int, str]]:
+    from elftools.elf.elffile import ELFFile
+
+    with open(path, "rb") as stream:
+        section = ELFFile(stream).get_section_by_name(".symtab")
+        return sorted(
+            (sym["st_value"], sym["st_size"], sym.name)
+            for sym in (section.iter_symbols() if section is not None else ())
+            if sym["st_info"]["type"] == "STT_OBJECT" and sym["st_value"]
+        )
+
+
+def _data_symbol_containing(path: str, address: int) -> tuple[str, int]:
+    import bisect
+
+    symbols = _data_symbols(path)
+    i = bisect.bisect_right(symbols, (address, float("inf"), "")) - 1
+    if i >= 0 and symbols[i][0] <= address < symbols[i][0] + max(symbols[i][1], 1):
+        return symbols[i][2], address - symbols[i][0]
+    raise UserError(f"0x{address:x}: no data symbol there in {path}", "the kernel can only read globals by symbol name")
+
+
+# -- BTF --------------------------------------------------------------------------------------
+
+
+def compile_btf(
+    spec: ProbeSpec, group: str, taken: Iterable[str] = (), *, readme: str = "", btf_path: str | Path | None = None
+) -> CompiledProbe:
+    """Kernel entry probes by parameter name with no DWARF: BTF names the parameters and lays out structs.
+
+    Kernels whose README advertises ``<argname>`` (>= 6.5) resolve names and ``->`` chains
+    themselves, so those are passed through; otherwise (and for ``.``/``[N]``) parameter N is
+    the calling-convention register and members are offsets from our BTF reader.
+    """
+    from kprobe_tui.kernel.btf import Btf
+
+    if spec.kind not in ("entry", "return", "fprobe") or spec.source:
+        raise UserError(f"{spec.place_text()!r}: without DWARF only function-entry parameters can be named",
+                        "give the kernel's debug info: -k /usr/lib/debug/boot/vmlinux-$(uname -r)")
+    btf = Btf.load(Path(btf_path or "/sys/kernel/btf/vmlinux"))
+    if not btf.has_function(spec.function):
+        raise UserError(f"{spec.function!r}: not in the kernel's BTF (inlined, or in a module without BTF)",
+                        "probe it with registers ($argN, %di) or give -k VMLINUX")
+    params = [p for p in btf.params(spec.function) if p.name != "..."]
+    kernel_names = "<argname>" in readme
+    pairs: list[tuple[ProbeArg | None, str, str, str | None]] = []
+    for arg in spec.args:
+        if arg.kind == "params":
+            for index, param in enumerate(params):
+                fetch, type_ = _btf_fetch(btf, params, index, (), param.name, None, kernel_names)
+                pairs.append((None, param.name, fetch, type_))
+        elif arg.kind == "vars":
+            raise UserError("$vars: locals need DWARF", "use $params, or give -k VMLINUX")
+        elif arg.kind == "retval" and not arg.type:
+            pairs.append((arg, "retval", "$retval", _btf_value_type(btf, btf.return_type(spec.function))))
+        elif arg.kind == "var":
+            index = next((i for i, p in enumerate(params) if p.name == arg.var), None)
+            if index is None:
+                raise UserError(f"{arg.var!r}: not a parameter of {btf.prototype(spec.function)}",
+                                "without DWARF only parameters can be named; locals need -k VMLINUX")
+            fetch, type_ = _btf_fetch(btf, params, index, arg.path, arg.text, arg.type, kernel_names)
+            pairs.append((arg, default_arg_name(arg), fetch, type_))
+        else:
+            pairs.append((arg, default_arg_name(arg), _raw_fetch(arg, spec, "$arg<N>" in readme, None), arg.type))
+    place = spec.function if spec.kind == "fprobe" else f"{spec.function}+0"
+    return CompiledProbe(spec, group, event_name(spec, taken), place, name_fetch_args(pairs), spec.function, 0)
+
+
+def _btf_fetch(btf, params, index: int, path, what: str, wanted: str | None, kernel_names: bool) -> tuple[str, str | None]:
+    """(fetch, type) for parameter ``index`` followed by an access path."""
+    if kernel_names and all(step.op == "->" for step in path):
+        return what, wanted  # the kernel resolves names, -> chains and their types from BTF itself
+    if index >= len(ARG_REGISTERS):
+        raise UserError(f"{what}: parameter {index + 1} is passed on the stack", "read it with $stackN")
+    value, type_id = f"%{ARG_REGISTERS[index]}", params[index].type_id
+    address: tuple[str, int] | None = None  # the object is in memory at value+offset (else in `value`)
+    bits: tuple[int, int] | None = None
+    done = params[index].name
+    for step in path:
+        if step.op == "[]":
+            raise UserError(f"{done}[{step.index}]: indexing is not compiled from BTF", "give -k VMLINUX")
+        if step.op == "->":
+            if not btf.is_pointer(type_id):
+                raise UserError(f"{done} is {btf.type_name(type_id)}, not a pointer", f"use {done}.{step.member}")
+            if address is not None:
+                value = f"+{address[1]}({address[0]})"
+            base, type_id = (value, 0), btf.pointee(type_id)
+        else:
+            if btf.is_pointer(type_id):
+                raise UserError(f"{done} is a pointer", f"use {done}->{step.member}")
+            if address is None:
+                raise UserError(f"{done} is passed in a register: its members have no address", "")
+            base = address
+        [*_, last] = btf.find_member(type_id, step.member)
+        type_id = last.member.type_id
+        address = (base[0], base[1] + last.byte_offset)
+        bits = (last.bit_offset - last.byte_offset * 8, last.bitfield_size) if last.bitfield_size else None
+        done += str(step)
+    if address is None:
+        fetch = value
+    elif bits:
+        container = btf.size_of(type_id) * 8
+        return f"+{address[1]}({address[0]})", wanted or f"b{bits[1]}@{bits[0]}/{container}"
+    else:
+        fetch = f"+{address[1]}({address[0]})"
+    if wanted in ("string", "ustring"):
+        return f"+0({fetch})", wanted
+    if wanted:
+        return fetch, wanted
+    type_ = _btf_value_type(btf, type_id)
+    if type_ is None:
+        raise UserError(f"{what} is {btf.type_name(type_id)}, not a value of 1, 2, 4 or 8 bytes", f"capture a member: {what}->member")
+    return fetch, type_
+
+
+def _btf_value_type(btf, type_id: int) -> str | None:
+    """s32/u64/x64... for a BTF scalar or pointer; None for void, structs and odd sizes."""
+    if type_id == 0:
+        return None
+    if btf.is_pointer(type_id):
+        return "x64"
+    try:
+        size, signed = btf.size_of(type_id), btf.is_signed(type_id)
+    except UserError:
+        return None
+    return f"{'s' if signed else 'u'}{size * 8}" if size in (1, 2, 4, 8) else None

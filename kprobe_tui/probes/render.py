@@ -71,10 +71,6 @@ def default_arg_name(arg: ProbeArg) -> str:
     return "arg"
 
 
-def tracefs_lines(probes: Iterable[CompiledProbe]) -> list[str]:
-    return [probe.definition() for probe in probes]
-
-
 def perf_command(spec: ProbeSpec, group: str | None = None, event: str | None = None) -> str:
     """The ``perf probe`` command that asks for the same probe (perf cannot make fprobes or filters)."""
     if spec.kind == "fprobe":
@@ -90,7 +86,7 @@ def perf_command(spec: ProbeSpec, group: str | None = None, event: str | None = 
     return " ".join(shlex.quote(word) for word in words)
 
 
-_PRINTF = {"s": "%d", "u": "%u", "x": "0x%x"}
+_PRINTF = {"s": "%d", "u": "%u", "x": "0x%x", "b": "%u"}
 
 
 def _bpftrace_expr(arg: ProbeArg, spec: ProbeSpec) -> str | None:
@@ -130,19 +126,24 @@ def _bpftrace_probe(spec: ProbeSpec, probe: CompiledProbe | None) -> str:
 
 def bpftrace_oneliner(spec: ProbeSpec, probe: CompiledProbe | None = None, exclude_pid: int | None = None) -> str:
     """The bpftrace one-liner printing the same fields; what bpftrace cannot read is named in a comment."""
-    types = {a.source: a.type for a in probe.args} if probe else {}
+    compiled = {a.source: a for a in probe.args} if probe else {}
     fields, values, missing = [], [], []
     for arg in spec.args:
         expr = _bpftrace_expr(arg, spec)
         if expr is None:
             missing.append(arg.text)
             continue
-        type_ = arg.type or types.get(arg)
-        if type_ in ("string", "ustring") or (type_ or "").startswith("symstr"):
-            fields.append(f"{arg.name or arg.text}=%s")
+        fetch = compiled.get(arg)
+        label = fetch.name if fetch else arg.name or default_arg_name(arg)
+        type_ = arg.type or (fetch.type if fetch else None)
+        if arg.kind == "comm":
+            fields.append(f"{label}=%s")
+            values.append(expr)
+        elif type_ in ("string", "ustring") or (type_ or "").startswith("symstr"):
+            fields.append(f"{label}=%s")
             values.append(f"str({expr})")
         else:
-            fields.append(f"{arg.name or arg.text}={_PRINTF.get((type_ or 'x')[0], '%ld')}")
+            fields.append(f"{label}={_PRINTF.get((type_ or 'x')[0], '%ld')}")
             values.append(expr)
     name = spec.event or spec.function or "probe"
     fmt = " ".join([name, *fields])

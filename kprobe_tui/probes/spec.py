@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from kprobe_tui.errors import UserError
 
@@ -20,8 +20,6 @@ MAX_ARG_NAME_LEN = 32
 MAX_TRACE_ARGS = 128
 
 DEFAULT_PERSISTENT_GROUP = "kprobe_tui"
-
-KINDS = ("entry", "return", "line", "offset", "fprobe")
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _INT_TYPE = re.compile(r"^[sux](8|16|32|64)$")
@@ -71,7 +69,7 @@ class ProbeArg:
 class ProbeSpec:
     """A probe request: where (kernel function or ``-x BINARY`` place), what to capture, names, filter."""
 
-    kind: str  # one of KINDS
+    kind: str  # "entry", "return", "line" (also ;PTN), "offset" (+OFF or 0xADDR), "fprobe"
     function: str | None = None
     binary: str | None = None  # -x: a uprobe on this file; None: the kernel
     source: str | None = None  # FUNC@SRC, or SRC:ALN
@@ -96,7 +94,7 @@ class ProbeSpec:
     def place_text(self) -> str:
         """The place as perf syntax writes it (without group/event and args)."""
         if self.address is not None:
-            return f"0x{self.address:x}"
+            return f"0x{self.address:x}" + ("%return" if self.is_return else "")
         text = self.function or ""
         if self.source:
             text = f"{text}@{self.source}" if self.function else self.source
@@ -109,9 +107,6 @@ class ProbeSpec:
         if self.lazy is not None:
             text += f";{self.lazy}"
         return text
-
-    def with_names(self, group: str | None = None, event: str | None = None) -> ProbeSpec:
-        return replace(self, group=group or self.group, event=event or self.event)
 
 
 def _fail(token: str, why: str, hint: str) -> UserError:
@@ -159,7 +154,7 @@ def parse_arg(text: str) -> ProbeArg:
     """``[NAME=]EXPR[:TYPE]`` where EXPR is a C path, $retval/$params/$vars/$argN/$comm, %REG or @SYM."""
     token = text
     name = type_ = None
-    head = re.match(r"^([A-Za-z_]\w*)=(.+)$", text)
+    head = re.match(r"^([^=()]+)=(.+)$", text)
     if head:
         name, text = check_name(head[1], "argument", MAX_ARG_NAME_LEN), head[2]
     # A type follows the last ':' that is not part of "::" and not inside (...) of a raw fetch-arg.
@@ -196,7 +191,7 @@ def _classify(token: str, text: str) -> ProbeArg:
         if not sym:
             raise _fail(token, "not a symbol", "write @symbol or @symbol+offset")
         return ProbeArg(text, "symbol", var=sym[1], index=int(sym[2] or "0", 0))
-    if text[0] in "+-\\" or re.match(r"^[+-]?u?\d", text):
+    if text[0] in "+-\\":
         return ProbeArg(text, "raw")  # a kernel fetch-arg written by hand, e.g. +8(%di)
     if not _C_PATH.match(text):
         raise _fail(token, "not a variable access", "write var, var->member, var.member or var[N]")
@@ -209,7 +204,7 @@ def _classify(token: str, text: str) -> ProbeArg:
 
 
 _PLACE = re.compile(
-    r"""^(?P<func>[A-Za-z_.][\w.]*?)?          # FUNC or SRC
+    r"""^(?P<func>[A-Za-z_./][\w./-]*?)?        # FUNC or SRC
         (?:@(?P<src>[^:+%;\s]+))?               # @SRC
         (?::(?P<line>\d+))?                     # :RLN / :ALN
         (?:\+(?P<off>0x[0-9a-fA-F]+|\d+))?      # +OFF
@@ -234,7 +229,7 @@ def parse_spec(
         raise UserError("no probe point given", "e.g. kprobe-tui probe 'do_sys_openat2 filename:string'")
     head, *arg_words = words
     event = None
-    named = re.match(r"^(?:([^:=]+):)?([^:=]+)=(.+)$", head)
+    named = re.match(r"^(?:([^:=;]+):)?([^:=;]+)=([^;]+(?:;.*)?)$", head)  # an ;PATTERN may hold '='
     if named:
         group = check_name(named[1], "group", MAX_EVENT_NAME_LEN) if named[1] else group
         event, head = check_name(named[2], "event", MAX_EVENT_NAME_LEN), named[3]

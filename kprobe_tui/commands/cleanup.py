@@ -1,0 +1,31 @@
+"""``kprobe-tui cleanup``: remove what kprobe-tui runs killed with SIGKILL left in the kernel."""
+
+from __future__ import annotations
+
+from kprobe_tui.kernel import sources
+from kprobe_tui.kernel.events import Events
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("cleanup", help="remove probe groups and trace instances of dead kprobe-tui runs")
+    parser.add_argument("--dry-run", "-n", action="store_true", help="only say what would be removed")
+    parser.set_defaults(run=run)
+
+
+def run(args) -> int:
+    events = Events(sources.from_args(args).tracing())
+    if args.dry_run:
+        for name in events.stale_instances():
+            print(f"would remove instance {name}")
+        for group in events.stale_groups():
+            for event in events.events_in(group):
+                print(f"would remove {event.full_name}")
+        return 0
+    instances, removed = events.cleanup()
+    for name in instances:
+        print(f"removed instance {name}")
+    for event in removed:
+        print(f"removed {event.full_name}")
+    if not (instances or removed):
+        print("nothing to clean up")
+    return 0

@@ -1,0 +1,33 @@
+"""``kprobe-tui list``: every dynamic event on the system, kprobe-tui's marked, stale runs flagged."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+
+from kprobe_tui.kernel import sources
+from kprobe_tui.kernel.events import OTHERS, STALE, Events
+
+_MARK = {"this run": "*", "kprobe-tui": "+", "other run": "~", STALE: "!", OTHERS: " "}
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("list", help="list all dynamic events (kprobe-tui's marked)")
+    parser.add_argument("pattern", nargs="?", default="*", help="glob on GROUP/EVENT (default: all)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    parser.set_defaults(run=run)
+
+
+def run(args) -> int:
+    events = Events(sources.from_args(args).tracing())
+    shown = [e for e in events.list() if fnmatch.fnmatchcase(e.full_name, args.pattern) or fnmatch.fnmatchcase(e.event, args.pattern)]
+    for event in shown:
+        if args.json:
+            print(json.dumps(event.to_json()))
+        else:
+            print(f"{_MARK[event.owner]} {event.definition}")
+    if not args.json and any(e.owner == STALE for e in shown):
+        print("\n! left by a kprobe-tui that died: remove with kprobe-tui cleanup")
+    if not args.json and shown:
+        print("(+ kprobe-tui persistent, * this run, ~ another running kprobe-tui, ! stale)")
+    return 0

@@ -1,0 +1,103 @@
+"""``kprobe-tui probe [-x BIN | -k VMLINUX] [--dry-run] SPEC [ARG ...]``: like ``perf probe -a``.
+
+Prints the tracefs definition line(s) with the equivalent ``perf probe`` and ``bpftrace``
+commands; without ``--dry-run`` creates the probe in a persistent group (``kprobe_tui``) where it
+stays until ``kprobe-tui del``, as perf's do.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+import sys
+
+from kprobe_tui.errors import UserError
+from kprobe_tui.kernel import lifetime, sources
+from kprobe_tui.kernel.events import Events
+from kprobe_tui.probes import guard
+from kprobe_tui.probes.compile import compile_spec
+from kprobe_tui.probes.render import bpftrace_oneliner, perf_command
+from kprobe_tui.probes.spec import DEFAULT_PERSISTENT_GROUP, ProbeSpec, parse_spec
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("probe", help="define a kprobe/uprobe/fprobe (perf probe syntax)")
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument("-x", "--exec", dest="binary", metavar="BIN", help="uprobe in this executable or library")
+    target.add_argument("-k", "--vmlinux", metavar="VMLINUX", help="kernel debug info (DWARF) for C-level args")
+    parser.add_argument("--fprobe", action="store_true", help="an fprobe (f:) on kernel function entry or %%return")
+    parser.add_argument("--group", "-g", default=DEFAULT_PERSISTENT_GROUP, help="event group (default: %(default)s)")
+    parser.add_argument("--filter", "-f", metavar="EXPR", help="event filter, e.g. 'len > 100'")
+    parser.add_argument("--dry-run", "-n", action="store_true", help="print the definitions, create nothing")
+    parser.add_argument("--yes", "-y", action="store_true", help="go ahead when the feedback guard warns")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("spec", metavar="SPEC", help="[[GROUP:]EVENT=]FUNC[@SRC][:RLN|+OFF|%%return|;PTN] or SRC:ALN")
+    parser.add_argument("args", metavar="ARG", nargs="*", help="[NAME=]VAR|$retval|$params|$vars|%%REG|@SYM|$argN[:TYPE]")
+    parser.set_defaults(run=run)
+
+
+def check_kernel_function(name: str, kernel) -> None:
+    """Refuse unknown, blacklisted and ambiguous kernel functions before the kernel does, with the reason."""
+    from kprobe_tui.kernel.catalog import Catalog, Status
+
+    catalog = Catalog(kernel)
+    i = bisect.bisect_left(catalog.names, name)
+    if not catalog.names or catalog.names[i : i + 1] != [name]:
+        raise UserError(f"{name!r}: no such kernel function", f"search with: kprobe-tui funcs '*{name}*'")
+    status, reason = catalog.classify(name)
+    if status in (Status.BLACKLISTED, Status.AMBIGUOUS):
+        raise UserError(f"{name!r}: {reason}", "pick another function (kprobe-tui funcs lists probeable ones)")
+
+
+def run(args) -> int:
+    if lifetime.owner_pid(args.group) is not None:
+        raise UserError(f"{args.group!r}: names like this are run-scoped groups, removed by cleanup", "pick another --group")
+    binary = os.path.abspath(args.binary) if args.binary else None  # the kernel resolves the path on its own
+    spec = parse_spec([args.spec, *args.args], binary=binary, fprobe=args.fprobe, group=args.group, filter=args.filter)
+    kernel = sources.from_args(args)
+    # Nobody displays events here, so no own-PID filter; the SSH output-path warning still applies.
+    advice = guard.advise(spec, exclude_pids=[])
+    for warning in advice.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if advice.needs_confirmation and not (args.yes or args.dry_run):
+        offer = f"--filter '{advice.session_filter}' to leave your session out, and " if advice.session_filter else ""
+        raise UserError(f"{spec.function}: on the SSH output path", f"add {offer}--yes to create it anyway")
+    if not spec.is_uprobe and spec.function:
+        check_kernel_function(spec.function, kernel)
+    tracefs = kernel.tracing() if kernel.tracefs is not None else None
+    readme = tracefs.read("README") if tracefs is not None and tracefs.exists("README") else ""
+    events = Events(tracefs) if tracefs is not None else None
+    group = spec.group or DEFAULT_PERSISTENT_GROUP
+    taken = [e.event for e in events.events_in(group)] if events else []
+    probes = compile_spec(spec, group, taken, readme=readme, vmlinux=args.vmlinux, btf_path=kernel.btf_vmlinux)
+    if not args.dry_run:
+        if events is None:
+            raise UserError("no tracefs to create the probe in", "mount tracefs, or use --dry-run")
+        events.create(probes)
+    _print(spec, probes, args)
+    return 0
+
+
+def _print(spec: ProbeSpec, probes, args) -> None:
+    if args.json:
+        print(json.dumps([
+            {"group": p.group, "event": p.event, "control_file": p.control_file, "definition": p.definition(),
+             "filter": spec.filter, "perf": perf_command(spec, p.group, p.event), "bpftrace": bpftrace_oneliner(spec, p),
+             "notes": list(p.notes), "created": not args.dry_run}
+            for p in probes
+        ], indent=2))
+        return
+    for probe in probes:
+        verb = "would add" if args.dry_run else "added"
+        print(f"{verb} {probe.group}/{probe.event}")
+        for note in probe.notes:
+            print(f"  note:     {note}")
+        print(f"  tracefs:  echo '{probe.definition()}' >> /sys/kernel/tracing/{probe.control_file}")
+        if spec.filter:
+            print(f"            echo '{spec.filter}' > /sys/kernel/tracing/events/{probe.group}/{probe.event}/filter")
+        print(f"  perf:     {perf_command(spec, probe.group, probe.event)}")
+        print(f"  bpftrace: {bpftrace_oneliner(spec, probe)}")
+    if not args.dry_run:
+        names = " ".join(f"{p.group}:{p.event}" for p in probes)
+        print(f"\nrecord with: perf record -e {names.replace(' ', ' -e ')} -aR sleep 1; remove with: kprobe-tui del {probes[0].group}/{probes[0].event}")

@@ -1,0 +1,270 @@
+"""Dynamic events in the kernel: create, enable, filter, disable, delete, list, and clean up.
+
+Ownership goes by group: this run's probes live in ``kptui_<pid>`` and are removed when the run
+ends (``lifetime.undo``); probes made to stay live in a persistent group (``kprobe_tui`` unless
+the user names one). Every other group (perf's ``probe``, an admin's, another live run's) is
+listed and never touched unless the user names it. A failed write leaves the event files as
+they were: whatever this call created before the failure is removed before the error goes up.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from kprobe_tui.errors import UserError
+from kprobe_tui.kernel import lifetime
+from kprobe_tui.kernel.tracefs import KernelRefused, Tracefs
+from kprobe_tui.probes.render import unique_name
+from kprobe_tui.probes.spec import DEFAULT_PERSISTENT_GROUP, MAX_EVENT_NAME_LEN, CompiledProbe
+
+# Who a group belongs to, as ``list`` marks it.
+THIS_RUN = "this run"
+PERSISTENT = "kprobe-tui"
+OTHER_RUN = "other run"  # a live kprobe-tui process
+STALE = "stale"  # a kprobe-tui run that died without cleaning up
+OTHERS = ""
+
+_KIND_FILE = {"p": "kprobe_events", "r": "kprobe_events", "f": "dynamic_events", "t": "dynamic_events", "e": "dynamic_events"}
+_DEFINITION = re.compile(r"^(?P<prefix>[a-z])\d*:(?P<group>[^/\s]+)/(?P<event>\S+)\s*(?P<rest>.*)$")
+
+
+def owner_of(group: str) -> str:
+    """Whose a group is: this run, kprobe-tui's persistent group, another run, a dead run, or someone else."""
+    if group == lifetime.run_name():
+        return THIS_RUN
+    if group == DEFAULT_PERSISTENT_GROUP:
+        return PERSISTENT
+    if lifetime.owner_pid(group) is not None:
+        return STALE if lifetime.is_stale(group) else OTHER_RUN
+    return OTHERS
+
+
+@dataclass(frozen=True)
+class DynamicEvent:
+    """One line of dynamic_events (or kprobe_events/uprobe_events on kernels without it)."""
+
+    prefix: str  # p r f t e ...
+    group: str
+    event: str
+    definition: str  # the line as the kernel shows it
+    is_uprobe: bool
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.group}/{self.event}"
+
+    @property
+    def owner(self) -> str:
+        return owner_of(self.group)
+
+    @property
+    def control_file(self) -> str:
+        return "uprobe_events" if self.is_uprobe else _KIND_FILE.get(self.prefix, "dynamic_events")
+
+    def to_json(self) -> dict:
+        return {"group": self.group, "event": self.event, "kind": self.prefix, "uprobe": self.is_uprobe,
+                "owner": self.owner, "definition": self.definition}
+
+
+def _parse(line: str, is_uprobe: bool | None) -> DynamicEvent | None:
+    match = _DEFINITION.match(line.strip())
+    if not match:
+        return None
+    if is_uprobe is None:  # dynamic_events mixes kinds: a uprobe place is PATH:0xOFFSET
+        place = match["rest"].split(" ", 1)[0]
+        is_uprobe = match["prefix"] in "pr" and re.search(r":0x[0-9a-fA-F]+", place) is not None and "/" in place
+    return DynamicEvent(match["prefix"], match["group"], match["event"], line.strip(), is_uprobe)
+
+
+class Events:
+    """Dynamic events under one tracefs root. ``Events(sources.tracing())``."""
+
+    def __init__(self, tracefs: Tracefs) -> None:
+        self.tracefs = tracefs
+        self._undo_tokens: dict[str, int] = {}  # run-scoped event -> its lifetime.undo entry
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def list(self) -> list[DynamicEvent]:
+        """Every dynamic event of every owner."""
+        found: dict[str, DynamicEvent] = {}
+        if self.tracefs.exists("dynamic_events"):
+            for line in self.tracefs.read("dynamic_events").splitlines():
+                event = _parse(line, None)
+                if event:
+                    found[event.full_name] = event
+        # uprobe_events tells uprobes apart for sure; kprobe_events exists on kernels without dynamic_events
+        for rel, is_uprobe in (("uprobe_events", True), ("kprobe_events", False)):
+            if self.tracefs.exists(rel):
+                for line in self.tracefs.read(rel).splitlines():
+                    event = _parse(line, is_uprobe)
+                    if event:
+                        found[event.full_name] = event
+        return sorted(found.values(), key=lambda e: (e.group, e.event))
+
+    def events_in(self, group: str) -> list[DynamicEvent]:
+        return [e for e in self.list() if e.group == group]
+
+    def match(self, pattern: str) -> list[DynamicEvent]:
+        """Events a ``del`` pattern names: ``GROUP/EVENT`` or ``GROUP:EVENT`` (globs), or ``EVENT`` glob.
+
+        Without a group only kprobe-tui's own groups match (persistent and stale runs): others'
+        probes are touched only when their group is named.
+        """
+        group_glob, sep, event_glob = pattern.replace(":", "/", 1).rpartition("/")
+        chosen = []
+        for event in self.list():
+            if not fnmatch.fnmatchcase(event.event, event_glob):
+                continue
+            if sep and fnmatch.fnmatchcase(event.group, group_glob):
+                chosen.append(event)
+            elif not sep and event.owner in (THIS_RUN, PERSISTENT, STALE):
+                chosen.append(event)
+        return chosen
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def create(self, probes: Iterable[CompiledProbe], run_scoped: bool = False) -> list[DynamicEvent]:
+        """Define probes (all or none); run-scoped ones are removed when this run ends, however it ends."""
+        created: list[CompiledProbe] = []
+        try:
+            for probe in probes:
+                if run_scoped and probe.group != lifetime.run_name():
+                    raise UserError(f"run-scoped probes belong in group {lifetime.run_name()}, not {probe.group}")
+                if not self.tracefs.exists(probe.control_file):
+                    raise UserError(f"this kernel has no {probe.control_file}: it cannot take {probe.group}/{probe.event}",
+                                    "see what it allows: kprobe-tui doctor")
+                self.tracefs.write(probe.control_file, probe.definition() + "\n")
+                created.append(probe)
+                if run_scoped:  # registered at once: a signal may end the run before this call returns
+                    group, event, rel = probe.group, probe.event, probe.control_file
+                    self._undo_tokens[f"{group}/{event}"] = lifetime.undo.push(
+                        f"probe {group}/{event}", lambda g=group, e=event, r=rel: self._remove(g, e, r)
+                    )
+                if probe.spec.filter:
+                    self.set_filter(probe.group, probe.event, probe.spec.filter)
+        except UserError as failure:
+            for probe in reversed(created):
+                try:
+                    self._forget_and_remove(probe.group, probe.event, probe.control_file)
+                except UserError as leftover:  # report both: the cause, and what could not be undone
+                    note = f"could not remove {probe.group}/{probe.event}: {leftover.message}"
+                    failure.hint = f"{failure.hint}; {note}" if failure.hint else note
+            raise
+        return [DynamicEvent(p.prefix, p.group, p.event, p.definition(), p.spec.is_uprobe) for p in created]
+
+    def pin(self, event: DynamicEvent, group: str = DEFAULT_PERSISTENT_GROUP) -> DynamicEvent:
+        """Keep a run-scoped probe after the run: the same definition in a persistent group, until ``del``.
+
+        The group is part of an event's identity, so the probe is re-created there (a free name
+        is taken if its own is used) and the run-scoped one removed.
+        """
+        if lifetime.owner_pid(group) is not None:
+            raise UserError(f"{group!r} is a run-scoped name", "pin into a persistent group, e.g. kprobe_tui")
+        name = unique_name(event.event, {e.event for e in self.events_in(group)}, MAX_EVENT_NAME_LEN)
+        head, rest = event.definition.split(" ", 1)
+        definition = f"{head.split(':', 1)[0]}:{group}/{name} {rest}"
+        self.tracefs.write(event.control_file, definition + "\n")
+        pinned = DynamicEvent(event.prefix, group, name, definition, event.is_uprobe)
+        top_filter = self.tracefs.read(f"events/{event.group}/{event.event}/filter").strip()
+        try:
+            if top_filter and top_filter != "none":
+                self.set_filter(group, name, top_filter)
+            self.delete(event)
+        except UserError:
+            self._remove(group, name, pinned.control_file)
+            raise
+        return pinned
+
+    def _event_dir(self, group: str, event: str) -> str:
+        rel = f"events/{group}/{event}"
+        if not self.tracefs.exists(rel):
+            raise UserError(f"{group}/{event}: no such event", "see: kprobe-tui list")
+        return rel
+
+    def enable(self, group: str, event: str, where: Tracefs | None = None) -> None:
+        """Start recording (in ``where``: an instance, else the top-level buffer)."""
+        self._event_dir(group, event)
+        (where or self.tracefs).write(f"events/{group}/{event}/enable", "1", append=False)
+
+    def disable(self, group: str, event: str, where: Tracefs | None = None) -> None:
+        self._event_dir(group, event)
+        (where or self.tracefs).write(f"events/{group}/{event}/enable", "0", append=False)
+
+    def set_filter(self, group: str, event: str, expression: str, where: Tracefs | None = None) -> None:
+        """Set the event filter; the kernel's parse error (with caret) comes back as KernelRefused."""
+        self._event_dir(group, event)
+        (where or self.tracefs).write(f"events/{group}/{event}/filter", expression, append=False)
+
+    def clear_filter(self, group: str, event: str, where: Tracefs | None = None) -> None:
+        self.set_filter(group, event, "0", where)
+
+    def delete(self, event: DynamicEvent) -> None:
+        """Disable everywhere we may, then remove; a refusal (EBUSY: in use elsewhere) is surfaced."""
+        self._forget_and_remove(event.group, event.event, event.control_file)
+
+    def _forget_and_remove(self, group: str, event: str, rel: str) -> None:
+        """Remove now; a run-scoped event's undo entry goes with it."""
+        token = self._undo_tokens.pop(f"{group}/{event}", None)
+        if token is not None:
+            lifetime.undo.run(token)
+        else:
+            self._remove(group, event, rel)
+
+    def delete_group(self, group: str) -> list[DynamicEvent]:
+        events = self.events_in(group)
+        for event in events:
+            self.delete(event)
+        return events
+
+    def _remove(self, group: str, event: str, rel: str) -> None:
+        for where in self._buffers():
+            enable = f"events/{group}/{event}/enable"
+            if where.exists(enable) and where.read(enable).strip() not in ("0", "0*"):
+                where.write(enable, "0", append=False)
+        try:
+            self.tracefs.write(rel, f"-:{group}/{event}\n")
+        except KernelRefused as exc:
+            if not self.tracefs.exists(f"events/{group}/{event}"):
+                return  # already gone (removed by hand or by another cleanup): nothing to undo
+            raise UserError(
+                f"cannot remove {group}/{event}: {exc.log.message if exc.log else exc}",
+                "something else still uses it (perf, another trace instance): stop that first",
+            ) from exc
+
+    def _buffers(self) -> list[Tracefs]:
+        """The top-level buffer, this run's instance and stale runs' instances: where our events may be on."""
+        buffers = [self.tracefs]
+        for name in self._instance_names():
+            if name == lifetime.run_name() or lifetime.is_stale(name):
+                buffers.append(Tracefs(self.tracefs.path(f"instances/{name}")))
+        return buffers
+
+    def _instance_names(self) -> list[str]:
+        directory = self.tracefs.path("instances")
+        return sorted(os.listdir(directory)) if directory.is_dir() else []
+
+    # -- cleanup -------------------------------------------------------------------------------
+
+    def stale_groups(self) -> list[str]:
+        return sorted({e.group for e in self.list() if e.owner == STALE})
+
+    def stale_instances(self) -> list[str]:
+        return [name for name in self._instance_names() if lifetime.is_stale(name)]
+
+    def cleanup(self) -> tuple[list[str], list[DynamicEvent]]:
+        """Remove what dead runs left: their instances first (that disables events in them), then groups."""
+        instances = self.stale_instances()
+        for name in instances:
+            try:
+                os.rmdir(self.tracefs.path(f"instances/{name}"))
+            except OSError as exc:
+                raise UserError(f"cannot remove instance {name}: {exc.strerror}", "is something reading its trace_pipe?") from exc
+        removed: list[DynamicEvent] = []
+        for group in self.stale_groups():
+            removed += self.delete_group(group)
+        return instances, removed

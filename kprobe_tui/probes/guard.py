@@ -1,0 +1,92 @@
+"""The feedback guard: never cause, once per traced event, an event you also trace.
+
+Showing an event makes us write to the terminal; over SSH that write goes through the pty, sshd
+and TCP. A probe on that path fires for our own output, which we show, which fires again: a
+flood that can take the connection down. So our own PID is filtered out by default, and over
+SSH a probe on the output path needs confirmation and gets the filter that excludes sshd too.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import psutil
+
+from kprobe_tui.probes.spec import ProbeSpec
+
+# Kernel functions our terminal output (and sshd's forwarding of it) passes through.
+OUTPUT_PATH = (
+    "tcp_sendmsg*", "tcp_recvmsg*", "tcp_push*", "tcp_write_xmit", "*tcp_transmit_skb", "tcp_rcv_*",
+    "tcp_v4_rcv", "tcp_v6_rcv", "tcp_ack*", "tcp_v4_do_rcv", "tcp_data_queue", "ip_queue_xmit",
+    "__ip_queue_xmit", "ip_output", "ip_finish_output*", "ip6_xmit", "ip6_output", "ip6_finish_output*",
+    "*dev_queue_xmit*", "dev_hard_start_xmit", "netif_receive_skb*", "__netif_receive_skb*", "napi_*",
+    "sock_sendmsg", "sock_recvmsg", "sock_write_iter", "sock_read_iter", "__sys_sendto", "__sys_recvfrom",
+    "tty_write", "file_tty_write", "iterate_tty_write", "n_tty_write", "n_tty_read", "pty_write",
+    "tty_insert_flip_string*", "tty_flip_buffer_push", "tty_port_default_receive_buf", "vfs_write",
+    "vfs_read", "ksys_write", "ksys_read", "__x64_sys_write", "__x64_sys_read", "do_writev", "vfs_writev",
+    "__x64_sys_writev", "new_sync_write", "do_sys_poll", "do_select", "ep_poll", "*_sys_poll*",
+    "*_sys_select", "*_sys_epoll_wait",
+)
+
+
+@dataclass
+class GuardAdvice:
+    """What to add to a probe's filter, what to tell the user, and whether they must confirm."""
+
+    filter: str | None  # our PID, and over SSH on the output path the sshd session too
+    warnings: list[str] = field(default_factory=list)
+    needs_confirmation: bool = False
+    session_filter: str | None = None  # the filter that excludes our SSH connection's sshd
+
+
+def on_output_path(function: str | None) -> bool:
+    return bool(function) and any(fnmatch.fnmatchcase(function, pattern) for pattern in OUTPUT_PATH)
+
+
+def ssh_session_pids(pid: int | None = None) -> list[int]:
+    """The sshd processes above us: they forward our output to the network."""
+    try:
+        process = psutil.Process(pid or os.getpid())
+        return [p.pid for p in process.parents() if p.name().startswith("sshd")]
+    except psutil.Error:
+        return []
+
+
+def combine_filters(*expressions: str | None) -> str | None:
+    """AND the non-empty filters together, each in parentheses (the kernel's filter grammar)."""
+    parts = [e for e in expressions if e]
+    if len(parts) <= 1:
+        return parts[0] if parts else None
+    return " && ".join(f"({e})" for e in parts)
+
+
+def advise(
+    spec: ProbeSpec,
+    *,
+    exclude_pids: list[int] | None = None,
+    environ: Mapping[str, str] = os.environ,
+) -> GuardAdvice:
+    """The filter and warnings for a probe this process will display events of.
+
+    ``exclude_pids`` defaults to our own PID; pass [] when nobody here displays the events
+    (``kprobe-tui probe`` only creates them).
+    """
+    pids = [os.getpid()] if exclude_pids is None else list(exclude_pids)
+    advice = GuardAdvice(None)
+    ssh = environ.get("SSH_CONNECTION")
+    if ssh and not spec.is_uprobe and on_output_path(spec.function):
+        client = ":".join(ssh.split()[:2])
+        session = ssh_session_pids()
+        pids += [p for p in session if p not in pids]
+        advice.session_filter = " && ".join(f"common_pid != {pid}" for pid in session) or None
+        advice.needs_confirmation = True
+        advice.warnings.append(
+            f"{spec.function} is on the path your terminal output takes over SSH (from {client}): each event "
+            "shown causes more events. Filtering by PID excludes sshd and this process, not softirq network work"
+            + (f"; your session's filter: {advice.session_filter}" if advice.session_filter else "")
+        )
+    advice.filter = " && ".join(f"common_pid != {pid}" for pid in pids) or None
+    return advice

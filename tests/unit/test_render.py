@@ -1,0 +1,65 @@
+"""The three renderings of a probe, and kernel-valid unique names."""
+
+from __future__ import annotations
+
+from kprobe_tui.probes.compile import compile_raw, name_fetch_args
+from kprobe_tui.probes.render import bpftrace_oneliner, default_event_name, perf_command, unique_name
+from kprobe_tui.probes.spec import parse_arg, parse_spec
+
+
+def test_kernel_entry_probe_in_all_three_forms():
+    spec = parse_spec(["tcp_sendmsg", "size=%dx:u64", "$comm"], group="kprobe_tui", filter="size > 100")
+    probe = compile_raw(spec, "kprobe_tui")
+    assert probe.definition() == "p:kprobe_tui/tcp_sendmsg tcp_sendmsg+0 size=%dx:u64 comm=$comm"
+    assert probe.control_file == "kprobe_events"
+    assert perf_command(spec, probe.group, probe.event) == (
+        "perf probe -a kprobe_tui:tcp_sendmsg=tcp_sendmsg size=%dx:u64 '$comm'"
+    )
+    assert bpftrace_oneliner(spec, probe, exclude_pid=77) == (
+        "bpftrace -e 'kprobe:tcp_sendmsg /(reg(\"dx\") > 100) && pid != 77/ "
+        "{ printf(\"tcp_sendmsg size=%u comm=%s\\n\", reg(\"dx\"), comm); }'"
+    )
+
+
+def test_return_probe_and_argn_without_readme_support():
+    spec = parse_spec(["vfs_read%return", "$retval:s64"])
+    probe = compile_raw(spec, "g")
+    assert probe.definition() == "r:g/vfs_read__return vfs_read+0 retval=$retval:s64"
+    assert "kretprobe:vfs_read" in bpftrace_oneliner(spec, probe)
+    entry = compile_raw(parse_spec(["vfs_read", "$arg3"]), "g", arg_n_supported=False)
+    assert entry.definition() == "p:g/vfs_read vfs_read+0 arg3=%dx"
+    assert compile_raw(parse_spec(["vfs_read", "$arg3"]), "g", arg_n_supported=True).args[0].fetch == "$arg3"
+
+
+def test_fprobe_definition_goes_to_dynamic_events():
+    probe = compile_raw(parse_spec(["vfs_read%return", "$retval"], fprobe=True), "g")
+    assert probe.definition() == "f:g/vfs_read__return vfs_read%return retval=$retval"
+    assert probe.control_file == "dynamic_events"
+
+
+def test_event_names_follow_perf_and_fit_kernel_limits():
+    assert default_event_name(parse_spec(["foo.isra.0"])) == "foo_isra_0"
+    assert default_event_name(parse_spec(["main:12"])) == "main_L12"
+    assert default_event_name(parse_spec(["prog.c:12"])) == "prog_c_L12"
+    assert default_event_name(parse_spec(["main+8"])) == "main_8"
+    long = "f" * 70
+    assert unique_name(long, [], 64) == "f" * 64
+    assert unique_name(long, ["f" * 64], 64) == "f" * 62 + "_1"
+    assert unique_name("ev", ["ev", "ev_1"], 64) == "ev_2"
+
+
+def test_argument_names_are_unique_and_user_names_win():
+    args = [parse_arg(t) for t in ("a->len", "b->len", "len=%di", "x[3]")]
+    names = [f.name for f in name_fetch_args((a, *_default(a), None) for a in args)]
+    assert names == ["len_1", "len_2", "len", "x_3"]
+
+
+def _default(arg):
+    from kprobe_tui.probes.render import default_arg_name
+
+    return default_arg_name(arg), "%di"
+
+
+def test_perf_command_for_uprobes_quotes_for_the_shell():
+    spec = parse_spec(["main;x = *", "x"], binary="/opt/my prog")
+    assert perf_command(spec) == "perf probe -x '/opt/my prog' -a 'main;x = *' x"

@@ -1,0 +1,111 @@
+"""perf-probe syntax: what parses into what, and what is refused with the offending token."""
+
+from __future__ import annotations
+
+import pytest
+
+from kprobe_tui.errors import UserError
+from kprobe_tui.probes.spec import Access, check_type, parse_arg, parse_spec
+
+
+def test_full_perf_syntax_with_group_event_and_member_paths():
+    spec = parse_spec("net:rx=tcp_recvmsg sk->__sk_common.skc_state len:u32 first=buf[2]")
+    assert (spec.kind, spec.function, spec.group, spec.event) == ("entry", "tcp_recvmsg", "net", "rx")
+    state, length, first = spec.args
+    assert state.var == "sk" and state.path == (Access("->", "__sk_common"), Access(".", "skc_state"))
+    assert (length.var, length.type) == ("len", "u32")
+    assert (first.name, first.var, first.path) == ("first", "buf", (Access("[]", index=2),))
+
+
+@pytest.mark.parametrize(
+    "text, kind, fields",
+    [
+        ("main", "entry", {"function": "main"}),
+        ("main%return", "return", {"function": "main"}),
+        ("main:3", "line", {"function": "main", "line": 3}),
+        ("main@prog.c:3", "line", {"function": "main", "source": "prog.c", "line": 3}),
+        ("prog.c:42", "line", {"function": None, "source": "prog.c", "line": 42}),
+        ("src/x/prog.c;count++", "line", {"source": "src/x/prog.c", "lazy": "count++"}),
+        ("main+0x10", "offset", {"function": "main", "offset": 16}),
+        ("main;x = *", "line", {"function": "main", "lazy": "x = *"}),
+        ("0x401000", "offset", {"address": 0x401000}),
+        ("foo.isra.0", "entry", {"function": "foo.isra.0"}),
+    ],
+)
+def test_places(text, kind, fields):
+    spec = parse_spec([text])
+    assert spec.kind == kind
+    for name, value in fields.items():
+        assert getattr(spec, name) == value
+    assert spec.place_text() == text.replace("0x10", "16") or spec.address is not None
+
+
+@pytest.mark.parametrize(
+    "text, kind, extra",
+    [
+        ("$retval", "retval", {}),
+        ("$params", "params", {}),
+        ("$vars", "vars", {}),
+        ("$comm", "comm", {}),
+        ("$arg3", "argN", {"index": 3}),
+        ("%rdi", "reg", {"var": "di"}),
+        ("%r8", "reg", {"var": "r8"}),
+        ("%eax", "reg", {"var": "ax"}),
+        ("@jiffies", "symbol", {"var": "jiffies"}),
+        ("@counter+8", "symbol", {"var": "counter", "index": 8}),
+        ("+8(%di)", "raw", {}),
+        ("+0(+8(%si)):string", "raw", {"type": "string"}),
+        ("p->a.b[3]", "var", {"var": "p"}),
+    ],
+)
+def test_argument_kinds(text, kind, extra):
+    arg = parse_arg(text)
+    assert arg.kind == kind
+    for name, value in extra.items():
+        assert getattr(arg, name) == value
+
+
+@pytest.mark.parametrize("type_", ["u8", "s64", "x32", "string", "ustring", "symbol", "char", "b3@5/32", "u8[16]", "%pd"])
+def test_kernel_types_accepted(type_):
+    assert check_type(type_) == type_
+
+
+@pytest.mark.parametrize(
+    "words, token",
+    [
+        (["f", "x:u7"], "u7"),
+        (["f", "x:b30@5/32"], "b30@5/32"),
+        (["f", "x:u8[0]"], "u8[0]"),
+        (["f", "%xyz"], "%xyz"),
+        (["f", "$foo"], "$foo"),
+        (["f", "$arg0"], "$arg0"),
+        (["f", "a-b"], "a-b"),
+        (["f", "9name=%di"], "9name"),
+        (["f", "n" * 33 + "=%di"], "n" * 33),
+        (["e" * 65 + "=f"], "e" * 65),
+        (["1grp:ev=f"], "1grp"),
+        (["f", "$retval"], "$retval"),
+        (["f%return", "local"], "local"),
+        (["f:3+4"], "f:3+4"),
+        (["f%return;x"], "f%return;x"),
+        (["prog.c"], "prog.c"),
+        (["f?"], "f?"),
+    ],
+)
+def test_bad_input_names_the_offending_token(words, token):
+    with pytest.raises(UserError) as refused:
+        parse_spec(words)
+    assert token in str(refused.value)
+
+
+def test_arg_count_limit():
+    parse_spec(["f", *["%di"] * 128])
+    with pytest.raises(UserError, match="at most 128"):
+        parse_spec(["f", *["%di"] * 129])
+
+
+def test_fprobe_only_on_kernel_entry_or_exit():
+    spec = parse_spec(["vfs_read%return", "$retval"], fprobe=True)
+    assert spec.kind == "fprobe" and spec.is_return and spec.place_text() == "vfs_read%return"
+    with pytest.raises(UserError, match="fprobes"):
+        parse_spec(["vfs_read:3"], fprobe=True)
