@@ -66,17 +66,25 @@ def _mount_points(mounts_file: Path = Path("/proc/mounts")) -> dict[str, Path]:
     return found
 
 
-def _try_mount(fstype: str, target: Path) -> str | None:
-    """Mount ``fstype`` on ``target`` as root; None on success, else the reason."""
+def _mount(fstype: str, target: Path, without_it: str, notes: list[str]) -> Path | None:
+    """Mount ``fstype`` on ``target`` (root only); the mount point, or None with a note saying why not."""
+    if not target.is_dir():
+        return None
     if os.geteuid() != 0:
-        return "not root"
-    try:
-        result = subprocess.run(
-            ["mount", "-t", fstype, "nodev", str(target)], capture_output=True, text=True, timeout=10
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return str(exc)
-    return None if result.returncode == 0 else (result.stderr.strip() or f"mount exited {result.returncode}")
+        reason = "not root"
+    else:
+        try:
+            result = subprocess.run(
+                ["mount", "-t", fstype, "nodev", str(target)], capture_output=True, text=True, timeout=10
+            )
+            reason = None if result.returncode == 0 else (result.stderr.strip() or f"mount exited {result.returncode}")
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            reason = str(exc)
+    if reason is None:
+        notes.append(f"mounted {fstype} at {target}")
+        return target
+    notes.append(f"{fstype} is not mounted ({reason}){without_it}")
+    return None
 
 
 def locate(mount: bool = True) -> KernelSources:
@@ -84,27 +92,15 @@ def locate(mount: bool = True) -> KernelSources:
     notes: list[str] = []
     mounts = _mount_points()
     debugfs = mounts.get("debugfs")
-    if debugfs is None and mount and DEFAULT_DEBUGFS.is_dir():
-        reason = _try_mount("debugfs", DEFAULT_DEBUGFS)
-        if reason is None:
-            debugfs = DEFAULT_DEBUGFS
-            notes.append(f"mounted debugfs at {DEFAULT_DEBUGFS}")
-        else:
-            notes.append(f"debugfs is not mounted ({reason}): the kprobe blacklist cannot be read")
+    if debugfs is None and mount:
+        debugfs = _mount("debugfs", DEFAULT_DEBUGFS, ": the kprobe blacklist cannot be read", notes)
     tracefs = mounts.get("tracefs")
-    if tracefs is None and mount and DEFAULT_TRACEFS.is_dir():
-        reason = _try_mount("tracefs", DEFAULT_TRACEFS)
-        if reason is None:
-            tracefs = DEFAULT_TRACEFS
-            notes.append(f"mounted tracefs at {DEFAULT_TRACEFS}")
-        else:
-            notes.append(f"tracefs is not mounted ({reason})")
+    if tracefs is None and mount:
+        tracefs = _mount("tracefs", DEFAULT_TRACEFS, "", notes)
     # Old kernels only have tracing under debugfs (os.path.exists: False, not an error, without access).
     if tracefs is None and debugfs is not None and os.path.exists(debugfs / "tracing" / "README"):
         tracefs = debugfs / "tracing"
     return KernelSources(tracefs, debugfs, DEFAULT_KALLSYMS, DEFAULT_BTF_DIR, live=True, notes=notes)
-
-
 
 
 def from_args(args) -> KernelSources:
