@@ -11,7 +11,7 @@ from kprobe_tui import __version__
 from kprobe_tui.errors import UserError
 
 # Each name is a module in kprobe_tui.commands with ``add_parser(subparsers)`` and ``run(args) -> int``.
-COMMANDS = ["funcs", "doctor", "snapshot", "tail", "probe", "list", "delete", "cleanup"]
+COMMANDS = ["funcs", "doctor", "snapshot", "lines", "vars", "tail", "probe", "list", "delete", "cleanup"]
 
 
 def add_source_options(parser: argparse.ArgumentParser) -> None:
@@ -30,6 +30,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Explore and use Linux dynamic probes. With no command, opens the terminal UI.",
     )
     parser.add_argument("--version", action="version", version=f"kprobe-tui {__version__}")
+    parser.add_argument("-x", "--exec", dest="exec_binary", metavar="BINARY",
+                        help="browse and probe the functions of this program or library (uprobes) instead of the kernel")
+    parser.add_argument("-k", "--vmlinux", dest="tui_vmlinux", metavar="VMLINUX",
+                        help="kernel debug info for the source view (default: found for the running kernel)")
+    parser.add_argument("-s", "--source", dest="tui_source", metavar="DIR", help="prefix for source file paths")
     add_source_options(parser)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:

@@ -62,6 +62,12 @@ _CLONE_MEANING = {
 }
 
 
+def source_function(name: str) -> str:
+    """The function a compiler clone was made from (``foo.constprop.0`` -> ``foo``): whose source to show."""
+    clone = _CLONE_SUFFIX.search(name)
+    return name[: clone.start()] if clone else name
+
+
 @dataclass(frozen=True)
 class Symbol:
     address: int
@@ -261,7 +267,7 @@ class Catalog:
             )
         clone = _CLONE_SUFFIX.search(name)
         if clone:
-            base = name[: clone.start()]
+            base = source_function(name)
             meaning = _CLONE_MEANING[clone.group(1)].format(base=base)
             return Status.CLONE, f"compiler clone of {base}(): {meaning}"
         in_ftrace = self._ftrace is not None and name in self._ftrace

@@ -17,7 +17,7 @@ from fnmatch import fnmatchcase
 from typing import Callable
 
 from kprobe_tui.errors import UserError
-from kprobe_tui.stream.parser import FAULT, Event
+from kprobe_tui.stream.parser import FAULT, HEADER_FIELDS, Event
 
 COMPARATORS = ("==", "!=", "<=", ">=", "<", ">", "~")
 TOKEN = re.compile(
@@ -160,9 +160,26 @@ _NUMERIC = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b
             ">=": lambda a, b: a >= b}
 
 
-def _compare(node: Compare) -> Callable[[Event], bool]:
+class _Fields:
+    """One event's fields for one evaluation: its arguments are split at most once."""
+
+    __slots__ = ("event", "_args")
+
+    def __init__(self, event: Event) -> None:
+        self.event = event
+        self._args: dict | None = None
+
+    def get(self, name: str):
+        if name in HEADER_FIELDS:
+            return self.event.field(name)
+        if self._args is None:
+            self._args = self.event.args
+        return self._args.get(name)
+
+
+def _compare(node: Compare) -> Callable[[_Fields], bool]:
     field, op, literal = node.field, node.op, node.value
-    getter = (lambda ev: ev.ts) if field in ("time", "ts") else (lambda ev: ev.field(field))
+    getter = (lambda row: row.get(field))
     if op == "~":
         return lambda ev: (v := getter(ev)) is not None and v is not FAULT and fnmatchcase(str(v), literal)
     if isinstance(literal, str):
@@ -180,14 +197,19 @@ def _compare(node: Compare) -> Callable[[Event], bool]:
 
 def compile_filter(node: Node) -> Callable[[Event], bool]:
     """A predicate over events; a field an event lacks makes its comparison false."""
+    predicate = _compile(node)
+    return lambda event: predicate(_Fields(event))
+
+
+def _compile(node: Node) -> Callable[[_Fields], bool]:
     if isinstance(node, Compare):
         return _compare(node)
     if isinstance(node, Const):
         return (lambda ev: True) if node.value else (lambda ev: False)
     if isinstance(node, Not):
-        inner = compile_filter(node.operand)
+        inner = _compile(node.operand)
         return lambda ev: not inner(ev)
-    left, right = compile_filter(node.left), compile_filter(node.right)
+    left, right = _compile(node.left), _compile(node.right)
     if node.op == "&&":
         return lambda ev: left(ev) and right(ev)
     return lambda ev: left(ev) or right(ev)
@@ -195,18 +217,23 @@ def compile_filter(node: Node) -> Callable[[Event], bool]:
 
 # --- push-down to the kernel's filter language ----------------------------------------------
 
-def _specialise(node: Node, event: str) -> Node:
-    """``node`` with comparisons on the event name decided for ``event``, then simplified."""
+def _specialise(node: Node, event: str, fields: dict[str, str]) -> Node:
+    """``node`` decided as far as it can be for ``event``, then simplified.
+
+    Comparisons on the event name become constants, and so do comparisons on an argument the
+    event does not have (false, as in the view).
+    """
     if isinstance(node, Compare):
-        if node.field != "event":
-            return node
-        fake = Event(0.0, 0, 0, None, "", "", event, "")
-        return Const(_compare(node)(fake))
+        if node.field == "event":
+            return Const(_compare(node)(_Fields(Event(0.0, 0, 0, None, "", "", event, ""))))
+        if node.field not in fields and node.field not in HEADER_FIELDS:
+            return Const(False)
+        return node
     if isinstance(node, Not):
-        inner = _specialise(node.operand, event)
+        inner = _specialise(node.operand, event, fields)
         return Const(not inner.value) if isinstance(inner, Const) else Not(inner)
     if isinstance(node, BoolOp):
-        left, right = _specialise(node.left, event), _specialise(node.right, event)
+        left, right = _specialise(node.left, event, fields), _specialise(node.right, event, fields)
         absorbing = node.op == "||"  # True absorbs ||, False absorbs &&
         for side, other in ((left, right), (right, left)):
             if isinstance(side, Const):
@@ -251,14 +278,18 @@ class PushDown:
     never: list[str]  # events the filter can never match (their events are dropped in the view)
 
 
-def push_down(node: Node, event_fields: dict[str, dict[str, str]]) -> PushDown:
+def push_down(node: Node, event_fields: dict[str, dict[str, str] | None]) -> PushDown:
     """Which part of the filter the kernel can apply, for each event ``name -> {field: kind}``.
 
-    ``kind`` is "num", "str" or "other" (arrays, chars printed as text): see ``field_kinds``.
+    ``kind`` is "num", "str" or "other" (arrays, chars printed as text): see ``field_kinds``;
+    None when the event's format could not be read (the view alone filters it).
     """
     result = PushDown({}, {}, [])
     for event, fields in event_fields.items():
-        specialised = _specialise(node, event)
+        if fields is None:
+            result.view_only[event] = "its format file could not be read"
+            continue
+        specialised = _specialise(node, event, fields)
         if isinstance(specialised, Const):
             if specialised.value:
                 result.kernel[event] = ""

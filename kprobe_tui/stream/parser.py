@@ -1,8 +1,8 @@
 """Parse the text lines of a tracefs ``trace_pipe`` into events.
 
 The kernel prints each event as ``comm-pid [ (tgid)] [cpu] flags timestamp: event: body``.
-``comm`` may hold spaces and dashes, so the header is matched from the right-hand columns
-inward. The body (probe site and ``name=value`` arguments) is kept as text and split into
+``comm`` may hold spaces and dashes: it ends at the first ``-<pid>`` that the CPU column
+follows. The body (probe site and ``name=value`` arguments) is kept as text and split into
 typed values only when asked for: a flood is stored far more often than it is looked at.
 Lines that fit nothing are kept raw and counted, never raised.
 """
@@ -10,7 +10,8 @@ Lines that fit nothing are kept raw and counted, never raised.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import NamedTuple
 
 HEADER = re.compile(
     r" *(?P<comm>.*?)-(?P<pid>\d+) +(?:\( *(?P<tgid>\d+|-+)\) +)?\[(?P<cpu>\d+)\] +"
@@ -21,6 +22,7 @@ LOST = re.compile(r"CPU:(?P<cpu>\d+) \[LOST (?P<count>\d+) EVENTS\]")
 # (the kernel does not escape quotes inside strings), an array to its brace, else to a space.
 ARG = re.compile(r"([A-Za-z_][\w.]*)=(\"(?:.*?)\"(?= [A-Za-z_][\w.]*=|$)|\{[^}]*\}|'(?:\\.|[^'])*'|\(fault\)|[^ ]*)", re.S)
 SITE = re.compile(r"\((?P<site>[^()]*)\)")
+_BARE_HEX = re.compile(r"[0-9a-f]+")
 STACK_EVENTS = ("<stack trace>", "<user stack trace>")
 
 
@@ -46,9 +48,10 @@ class Hex(int):
     __repr__ = __str__
 
 
-@dataclass(slots=True)
-class Event:
-    """One trace event; ``args`` and ``site`` are split from ``body`` on first use."""
+class Event(NamedTuple):
+    """One trace event. A tuple of plain values: the garbage collector stops tracking it, which
+    keeps a store of a million events from making every collection slower. ``args`` and ``site``
+    are split from ``body`` when asked for."""
 
     ts: float
     cpu: int
@@ -56,10 +59,9 @@ class Event:
     tgid: int | None
     comm: str
     flags: str
-    event: str
+    event: str  # "" for a line kept raw (``body`` holds it)
     body: str
-    stack: list[str] | None = None
-    _args: dict | None = field(default=None, repr=False)
+    stack: tuple[str, ...] | None = None
 
     @property
     def site(self) -> str:
@@ -68,10 +70,8 @@ class Event:
 
     @property
     def args(self) -> dict[str, object]:
-        """Arguments by name, typed: int, str, list, or FAULT."""
-        if self._args is None:
-            self._args = parse_args(self.body)
-        return self._args
+        """Arguments by name, typed: int (Hex when printed in hex), str, list, or FAULT."""
+        return parse_args(self.body)
 
     def field(self, name: str):
         """A header field or an argument by name (None when this event has no such field)."""
@@ -83,8 +83,8 @@ class Event:
         record = {"time": self.ts, "cpu": self.cpu, "comm": self.comm, "pid": self.pid, "tgid": self.tgid,
                   "flags": self.flags, "event": self.event, "site": self.site,
                   "args": {k: (None if v is FAULT else v) for k, v in self.args.items()}}
-        if self.stack:
-            record["stack"] = self.stack
+        if self.stack is not None:
+            record["stack"] = list(self.stack)
         return record
 
 
@@ -108,11 +108,14 @@ def typed(text: str):
         return int(text, 10)
     except ValueError:
         pass
-    try:
-        # 0x-prefixed, or bare hex as kprobes print untyped registers (``arg1=ffff8800``)
-        return Hex(text, 16)
-    except ValueError:
-        return text
+    if text.startswith(("0x", "-0x")) or _BARE_HEX.fullmatch(text):
+        # bare hex is how older kprobes print untyped registers (``arg1=ffffffff``); strings and
+        # chars come quoted, symbols as ``sym+off/size``, so a bare word is a number
+        try:
+            return Hex(text, 16)
+        except ValueError:
+            pass
+    return text
 
 
 def parse_args(body: str) -> dict[str, object]:
@@ -132,44 +135,60 @@ class ParseCounts:
 
 
 class LineParser:
-    """Turns lines into events, keeping state across chunks (stack lines, multi-line strings)."""
+    """Turns lines into events, keeping state across chunks.
+
+    The newest event is held back until the next line shows it is complete: the kernel prints an
+    event's stack trace, or the rest of a string holding a newline, on the lines after it.
+    ``flush()`` hands it over when no more lines are coming for now.
+    """
 
     def __init__(self) -> None:
         self.counts = ParseCounts()
-        self._last: Event | None = None
+        self._pending: tuple | None = None  # the newest event's fields, without its stack
+        self._frames: list[str] | None = None  # its stack, while the stack lines come in
         self._names: dict[str, str] = {}  # interned comm/event/flags: a flood repeats a handful of them
-
-    def _intern(self, text: str) -> str:
-        return self._names.setdefault(text, text)
 
     def feed(self, lines: list[str]) -> list[Event]:
         """Events completed by ``lines``; garbled lines come back as raw events (``event == ""``)."""
         out: list[Event] = []
         match_header = HEADER.fullmatch
-        intern = self._intern
-        counts = self.counts
+        names = self._names
+        intern = names.setdefault
         for line in lines:
             m = match_header(line)
-            if m is not None:
-                tgid = m["tgid"]
-                ev = Event(float(m["ts"]), int(m["cpu"]), int(m["pid"]),
-                           int(tgid) if tgid and tgid[0] != "-" else None,
-                           intern(m["comm"]), intern(m["flags"] or ""), intern(m["event"]), m["body"])
-                out.append(ev)
-                self._last = ev
-                counts.events += 1
+            if m is None:
+                self._other(line, out)
                 continue
-            self._other(line, out)
+            if self._pending is not None:
+                out.append(self._finish())
+            comm, pid, tgid, cpu, flags, ts, event, body = m.groups()
+            pid_value = int(pid)
+            if tgid is None or tgid[0] == "-":
+                tgid_value = None
+            else:
+                tgid_value = pid_value if tgid == pid else int(tgid)
+            self._pending = (float(ts), int(cpu), pid_value, tgid_value, intern(comm, comm),
+                             intern(flags or "", flags or ""), intern(event, event), body)
         return out
 
+    def flush(self) -> list[Event]:
+        """The held-back event, if any (call when the input went quiet)."""
+        return [] if self._pending is None else [self._finish()]
+
+    def _finish(self) -> Event:
+        fields, frames = self._pending, self._frames
+        self._pending = self._frames = None
+        self.counts.events += 1
+        return tuple.__new__(Event, fields + (tuple(frames) if frames is not None else None,))
+
     def _other(self, line: str, out: list[Event]) -> None:
-        last = self._last
-        if line.startswith(" => ") and last is not None and last.stack is not None:
-            last.stack.append(line[4:].strip())
+        pending = self._pending
+        if line.startswith(" => ") and self._frames is not None:
+            self._frames.append(line[4:].strip())
             return
         if line.endswith(STACK_EVENTS):
-            if last is not None:
-                last.stack = []  # the kernel prints an event's stack right after the event
+            if pending is not None:
+                self._frames = []  # the kernel prints an event's stack right after the event
             return
         lost = LOST.search(line)
         if lost:
@@ -178,11 +197,11 @@ class LineParser:
             return
         if not line.strip():
             return
-        if last is not None and last.body.count('"') % 2 == 1:
-            last.body += "\n" + line  # a string argument that held a newline
-            last._args = None
+        if pending is not None and self._frames is None and pending[7].count('"') % 2 == 1:
+            self._pending = pending[:7] + (pending[7] + "\n" + line,)  # a string argument that held a newline
             self.counts.continued += 1
             return
+        if pending is not None:
+            out.append(self._finish())
         self.counts.garbled += 1
-        self._last = None
         out.append(Event(0.0, -1, 0, None, "", "", "", line))

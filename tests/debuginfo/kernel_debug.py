@@ -71,7 +71,7 @@ def _download(package: str) -> Path:
 
 def _extract_member(deb: Path, member_suffix: str, target: Path) -> None:
     """Copy the one file of ``deb`` whose path ends with member_suffix to target (atomically)."""
-    partial = target.with_suffix(".partial")
+    partial = target.parent / f"{target.name}.partial"
     with subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE) as proc:
         with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
             for entry in tar:

@@ -120,3 +120,34 @@ def test_browser_at_80x24_matches_snapshot(snap_compare):
     app = _app_on_snapshot()
     app.sub_title = "snapshot of 6.1.0-57-amd64"  # fixed: the subtitle would otherwise name a temp dir
     assert snap_compare(app, terminal_size=(80, 24), run_before=interact)
+
+
+async def test_enter_opens_the_source_of_a_user_function(tmp_path, monkeypatch):
+    """-x mode: the browser lists the program's functions; Enter shows its probeable lines."""
+    import subprocess
+
+    from kprobe_tui.debuginfo.lines import LineSpec, find_line_range
+    from kprobe_tui.debuginfo.scope import open_debuginfo
+    from kprobe_tui.probes.binary import BinaryCatalog
+    from kprobe_tui.tui.screens.source import SourceScreen
+    from kprobe_tui.tui.widgets.source_view import SourceView
+
+    c_dir = Path(__file__).parents[1] / "debuginfo" / "c"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    binary = tmp_path / "probed"
+    subprocess.run(["gcc", "-O2", "-gdwarf-5", "-I", str(c_dir), "-o", str(binary), str(c_dir / "probed.c")], check=True)
+    app = KprobeTui(locate(), BinaryCatalog(str(binary)))
+    async with app.run_test(size=(100, 30)) as pilot:
+        functions = await _loaded(pilot)
+        await pilot.press("slash", *"count_ready", "enter")
+        assert functions.current == "count_ready.constprop.0"  # gcc -O2 left only a clone
+        await pilot.press("enter")  # a clone opens the source of the function it was made from
+        screen = app.screen
+        assert isinstance(screen, SourceScreen)
+        for _ in range(3):
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+        expected = find_line_range(open_debuginfo(binary=str(binary)), LineSpec.parse("count_ready"))
+        assert screen.query_one(SourceView).probeable == set(expected.lines)
+        await pilot.press("escape")
+        assert app.screen.query_one(FunctionList) is functions

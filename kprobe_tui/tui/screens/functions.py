@@ -24,6 +24,7 @@ class FunctionsScreen(Screen):
         Binding("escape", "clear_filter", "Clear", show=False),
         Binding("tab", "focus_next", "Next pane", show=False),
         Binding("n", "show_notes", "Notes", show=False),
+        Binding("p", "build_probe", "Probe"),
     ]
 
     def __init__(self, catalog_loader) -> None:
@@ -99,6 +100,11 @@ class FunctionsScreen(Screen):
         if self.catalog is not None and self.catalog.notes:
             self.notify("\n\n".join(self.catalog.notes), title="About this function list", timeout=15)
 
+    def action_build_probe(self) -> None:
+        name = self.query_one(FunctionList).current
+        if name is not None:
+            self.app.open_builder(name)
+
     def action_focus_filter(self) -> None:
         self.query_one("#filter", Input).focus()
 
@@ -133,11 +139,14 @@ class FunctionsScreen(Screen):
         status_style = functions.get_component_rich_style(f"function-list--{function.status.value}", partial=True)
         text = Text()
         text.append(function.name, style="bold")
-        text.append(f"  {STATUS_GLYPH[function.status]} {function.status.value}", style=status_style)
+        label = getattr(self.catalog, "labels", {}).get(function.status, function.status.value)
+        text.append(f"  {STATUS_GLYPH[function.status]} {label}", style=status_style)
         text.append("\n")
-        text.append(function.prototype or "(no prototype: not in BTF)", style="italic" if function.prototype else "dim")
+        missing = getattr(self.catalog, "missing_prototype", "(no prototype: not in BTF)")
+        text.append(function.prototype or missing, style="italic" if function.prototype else "dim")
         text.append("\n")
-        where = [f"module {function.module}" if function.module else "core kernel"]
+        where = [self.catalog.where(function) if hasattr(self.catalog, "where")
+                 else f"module {function.module}" if function.module else "core kernel"]
         if len(function.symbols) == 1 and function.symbols[0].address:
             where.append(f"address 0x{function.symbols[0].address:x}")
         if function.size:
@@ -150,10 +159,11 @@ class FunctionsScreen(Screen):
     def _render_legend(self) -> None:
         functions = self.query_one(FunctionList)
         legend = Text()
-        for status in (Status.FTRACE, Status.BREAKPOINT, Status.PROBEABLE, Status.CLONE, Status.AMBIGUOUS,
-                       Status.BLACKLISTED, Status.HIDDEN):
+        labels = getattr(self.catalog, "labels", None) or {status: status.value for status in (
+            Status.FTRACE, Status.BREAKPOINT, Status.PROBEABLE, Status.CLONE, Status.AMBIGUOUS, Status.BLACKLISTED, Status.HIDDEN)}
+        for status, label in labels.items():
             style = functions.get_component_rich_style(f"function-list--{status.value}", partial=True)
-            legend.append(f"{STATUS_GLYPH[status]} {status.value} ", style=style)
+            legend.append(f"{STATUS_GLYPH[status]} {label} ", style=style)
         legend_widget = self.query_one("#legend", Static)
         legend_widget.update(legend)
         legend_widget.tooltip = "\n".join(f"{STATUS_GLYPH[s]} {s.value}: {text}" for s, text in STATUS_HELP.items())

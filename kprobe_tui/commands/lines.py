@@ -1,0 +1,41 @@
+"""``kprobe-tui lines``: probeable source lines of a function, printed as `perf probe -L`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_debuginfo_options(parser: argparse.ArgumentParser) -> None:
+    """-x/-k/-s, shared by lines and vars (perf probe's spelling)."""
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument("-x", "--exec", dest="binary", metavar="BINARY", help="a user program or shared library")
+    target.add_argument("-k", "--vmlinux", metavar="VMLINUX", help="a kernel image with debug info")
+    parser.add_argument("-s", "--source", dest="source_dir", metavar="DIR", help="prefix for source file paths")
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "lines", help="probeable source lines of a function (as perf probe -L)",
+        description="Show a function's source with its probeable lines numbered relative to its first line.",
+    )
+    add_debuginfo_options(parser)
+    parser.add_argument("spec", metavar="SPEC", help="FUNC, FUNC:START-END, FUNC:START+N, FUNC@FILE or FILE:START-END")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    # imported here: pyelftools costs every other subcommand's start-up ~30 ms otherwise
+    from kprobe_tui.debuginfo.lines import LineSpec, find_line_range, render
+    from kprobe_tui.debuginfo.scope import open_debuginfo
+
+    spec = LineSpec.parse(args.spec)
+    info = open_debuginfo(binary=args.binary, vmlinux=args.vmlinux, source_dir=args.source_dir)
+    if info.located.note:
+        print(f"kprobe-tui: note: {info.located.note}", file=sys.stderr)
+    text, note = render(info, find_line_range(info, spec))
+    sys.stdout.buffer.write(text.encode("utf-8", errors="surrogateescape"))
+    sys.stdout.flush()
+    if note:
+        print(f"kprobe-tui: note: {note}", file=sys.stderr)
+    return 0

@@ -1,0 +1,98 @@
+"""``kprobe-tui tail``: the live event stream without the UI, one line or JSON object per event."""
+
+from __future__ import annotations
+
+import json
+import queue
+import sys
+import time
+
+from kprobe_tui.errors import UserError
+from kprobe_tui.kernel import sources
+from kprobe_tui.stream.parser import Event
+from kprobe_tui.stream.reader import StreamUpdate
+from kprobe_tui.stream.session import TailSession
+from kprobe_tui.stream.store import DEFAULT_CAPACITY
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("tail", help="print probe events as they happen (for scripts and grep)")
+    parser.add_argument("events", nargs="*", metavar="EVENT",
+                        help="probe events: GROUP/EVENT, GROUP:EVENT or EVENT, globs allowed (default: all)")
+    parser.add_argument("--filter", metavar="EXPR", help='e.g. comm == "sshd" && len > 100 || event ~ "tcp_*"')
+    parser.add_argument("--json", action="store_true", help="one JSON object per event")
+    parser.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
+    parser.add_argument("--max-events", type=int, default=DEFAULT_CAPACITY, metavar="N",
+                        help=f"events kept in memory (default {DEFAULT_CAPACITY:,})")
+    parser.add_argument("--stacktrace", action="store_true", help="record the kernel stack of each event")
+    parser.set_defaults(run=run)
+
+
+def format_event(event: Event) -> str:
+    """The kernel's own line layout, with the tgid when it differs from the pid (a thread)."""
+    if not event.event:
+        return f"(unparsed) {event.body}"
+    task = f"{event.comm}-{event.pid}" + (f"/{event.tgid}" if event.tgid not in (None, event.pid) else "")
+    line = f"{event.ts:.6f} [{event.cpu:03d}] {task} {event.event}: {event.body}"
+    if event.stack:
+        line += "".join(f"\n  => {frame}" for frame in event.stack)
+    return line
+
+
+def event_json(event: Event) -> str:
+    return json.dumps(event.as_dict() if event.event else {"raw": event.body})
+
+
+def run(args) -> int:
+    if args.max_events < 1:
+        raise UserError(f"--max-events {args.max_events}: must be at least 1")
+    if args.duration is not None and args.duration <= 0:
+        raise UserError(f"--duration {args.duration}: must be a positive number of seconds")
+    session = TailSession(sources.from_args(args).tracing(), args.events, args.max_events, stacktrace=args.stacktrace)
+    batches: queue.SimpleQueue = queue.SimpleQueue()
+
+    def on_update(update: StreamUpdate) -> None:
+        if update.vanished or update.finished:
+            batches.put(update)  # wake the main loop to report it
+
+    render = event_json if args.json else format_event
+
+    def emit(item: list[Event] | StreamUpdate) -> bool:
+        """Print a batch or report an update; False once the reader has stopped."""
+        if isinstance(item, StreamUpdate):
+            for name in item.vanished:
+                print(f"kprobe-tui: {name} was deleted while tailed; its events stop here", file=sys.stderr)
+            if item.error:
+                raise UserError(item.error)
+            return not item.finished
+        shown = [ev for ev in item if session.store.matches(ev)] if session.store.filtered else item
+        if shown:
+            sys.stdout.write("\n".join(map(render, shown)) + "\n")
+            sys.stdout.flush()
+        return True
+
+    session.start(on_update, batches.put, filter_text=args.filter or "")
+    try:
+        if args.filter:
+            print(f"kprobe-tui: filter {session.plan.summary()}", file=sys.stderr)
+        deadline = time.monotonic() + args.duration if args.duration else None
+        running = True
+        while running and (deadline is None or time.monotonic() < deadline):
+            timeout = 0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic()))
+            try:
+                running = emit(batches.get(timeout=timeout))
+            except queue.Empty:
+                continue
+        session.stop()  # then print what was read before the stop
+        while True:
+            try:
+                emit(batches.get_nowait())
+            except queue.Empty:
+                break
+    finally:
+        session.stop()
+        lost = session.reader.lost if session.reader else 0
+        garbled = session.reader.parser.counts.garbled if session.reader else 0
+        if lost or garbled:
+            print(f"kprobe-tui: {lost} events lost by the kernel, {garbled} lines unparsed", file=sys.stderr)
+    return 0

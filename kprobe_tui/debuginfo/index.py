@@ -1,0 +1,184 @@
+"""Persistent per-build-id index: function name -> compile units and DIEs that define it.
+
+One SQLite file per build-id under $XDG_CACHE_HOME/kprobe-tui/, so a lookup reads one row
+instead of loading a 100k-name table. Filled in three ways:
+ - names -> CU offsets from the symbol table and .debug_aranges (a fraction of a second even
+   for a vmlinux): every out-of-line function, static ones included;
+ - per unit, the first time one is opened: its functions' DIE offsets and the address ranges
+   of its subprograms, so the next run jumps straight to a DIE without walking the unit;
+ - only when a name is not found (a function that exists only inlined): every unit's
+   top-level DIEs, once per build-id (minutes on a vmlinux, seconds on a library);
+ - per `lines` spec, its answer (unit, file, probeable line numbers): the same DWARF always
+   gives the same lines, and decoding a kernel unit's line table is most of a warm run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import marshal
+import os
+import sqlite3
+from pathlib import Path
+from typing import Callable, Iterable
+
+FORMAT = 3
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER);
+CREATE TABLE IF NOT EXISTS names (name TEXT, cu INTEGER, PRIMARY KEY (name, cu)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS units (cu INTEGER PRIMARY KEY, functions BLOB, ranges BLOB);
+CREATE TABLE IF NOT EXISTS instances (cu INTEGER PRIMARY KEY, origins BLOB);
+CREATE TABLE IF NOT EXISTS line_ranges (spec TEXT PRIMARY KEY, found BLOB);
+"""
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "kprobe-tui"
+
+
+def cache_key(build_id: str | None, path: Path) -> str:
+    """The build-id, or for a file without one a digest of its path, size and mtime."""
+    if build_id:
+        return build_id
+    stat = path.stat()
+    return hashlib.sha1(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()
+
+
+class NameIndex:
+    """Lookups and additions on one build-id's index; without a writable cache, kept in memory.
+
+    The TUI opens debug info in one worker thread and asks about variables in another, one at a
+    time; the connection is shared between them (check_same_thread=False), never used at once.
+    """
+
+    def __init__(self, path: Path, db: sqlite3.Connection) -> None:
+        self.path = path
+        self.db = db
+        self._units: dict[int, tuple[dict[str, list[int]], list[tuple[int, int, int]]]] = {}
+
+    @classmethod
+    def load_or_build(cls, key: str, from_symbols: Callable[[], Iterable[tuple[str, int]]]) -> NameIndex:
+        """Open the saved index, or build it from (name, CU offset) pairs and save it."""
+        path = cache_dir() / f"{key}.index.sqlite"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(path, timeout=30, check_same_thread=False)
+            db.executescript(SCHEMA)
+        except (OSError, sqlite3.Error):
+            db = sqlite3.connect(":memory:", check_same_thread=False)
+            db.executescript(SCHEMA)
+        index = cls(path, db)
+        if index._meta("format") != FORMAT:
+            pairs = list(from_symbols())
+            try:
+                _fill(db, pairs)
+            except sqlite3.Error:
+                index.db = sqlite3.connect(":memory:", check_same_thread=False)
+                index.db.executescript(SCHEMA)
+                _fill(index.db, pairs)
+        return index
+
+    def _meta(self, key: str) -> int | None:
+        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    @property
+    def complete(self) -> bool:
+        return bool(self._meta("complete"))
+
+    def cus(self, name: str) -> list[int]:
+        return [row[0] for row in self.db.execute("SELECT cu FROM names WHERE name = ? ORDER BY cu", (name,))]
+
+    def complete_with(self, all_units: Callable[[], Iterable[tuple[str, int]]]) -> None:
+        """Add every defined function of every unit (the slow walk), once."""
+        if self.complete:
+            return
+        pairs = list(all_units())
+        try:
+            with self.db:
+                self.db.executemany("INSERT OR IGNORE INTO names VALUES (?, ?)", pairs)
+                self.db.execute("INSERT OR REPLACE INTO meta VALUES ('complete', 1)")
+        except sqlite3.Error:
+            self.db = _in_memory_copy(self.db)
+            with self.db:
+                self.db.executemany("INSERT OR IGNORE INTO names VALUES (?, ?)", pairs)
+                self.db.execute("INSERT OR REPLACE INTO meta VALUES ('complete', 1)")
+
+    def knows_functions_of(self, cu_offset: int) -> bool:
+        return self._unit(cu_offset) is not None
+
+    def add_functions(self, cu_offset: int, functions: Iterable[tuple[str, int]],
+                      ranges: list[tuple[int, int, int]]) -> None:
+        """Remember where each function of a walked unit is, so the next run jumps straight to it.
+
+        ``ranges`` are (low, high, DIE offset) of every subprogram, in DIE order: what perf's
+        die_find_realfunc searches, without parsing the unit's thousands of top-level DIEs again.
+        """
+        by_name: dict[str, list[int]] = {}
+        for name, die_offset in functions:
+            by_name.setdefault(name, []).append(die_offset)
+        self._units[cu_offset] = (by_name, ranges)
+        try:
+            with self.db:
+                self.db.execute("INSERT OR REPLACE INTO units VALUES (?, ?, ?)",
+                                (cu_offset, marshal.dumps(by_name), marshal.dumps(ranges)))
+        except sqlite3.Error:
+            pass  # a read-only cache only costs speed on the next run
+
+    def _unit(self, cu_offset: int):
+        if cu_offset not in self._units:
+            row = self.db.execute("SELECT functions, ranges FROM units WHERE cu = ?", (cu_offset,)).fetchone()
+            if row is None:
+                return None
+            self._units[cu_offset] = (marshal.loads(row[0]), marshal.loads(row[1]))
+        return self._units[cu_offset]
+
+    def instances(self, cu_offset: int) -> dict[int, list[int]] | None:
+        """origin DIE offset -> concrete copies' DIE offsets of a unit, if recorded."""
+        row = self.db.execute("SELECT origins FROM instances WHERE cu = ?", (cu_offset,)).fetchone()
+        return marshal.loads(row[0]) if row else None
+
+    def add_instances(self, cu_offset: int, origins: dict[int, list[int]]) -> None:
+        try:
+            with self.db:
+                self.db.execute("INSERT OR REPLACE INTO instances VALUES (?, ?)", (cu_offset, marshal.dumps(origins)))
+        except sqlite3.Error:
+            pass  # a read-only cache only costs speed on the next run
+
+    def line_range(self, spec: str):
+        """A probeable-lines answer saved for this exact spec (they depend only on the DWARF)."""
+        row = self.db.execute("SELECT found FROM line_ranges WHERE spec = ?", (spec,)).fetchone()
+        return marshal.loads(row[0]) if row else None
+
+    def save_line_range(self, spec: str, found) -> None:
+        try:
+            with self.db:
+                self.db.execute("INSERT OR REPLACE INTO line_ranges VALUES (?, ?)", (spec, marshal.dumps(found)))
+        except sqlite3.Error:
+            pass  # a read-only cache only costs speed on the next run
+
+    def function_dies(self, cu_offset: int, name: str) -> list[int]:
+        unit = self._unit(cu_offset)
+        return unit[0].get(name, []) if unit else []
+
+    def function_ranges(self, cu_offset: int) -> list[tuple[int, int, int]]:
+        unit = self._unit(cu_offset)
+        return unit[1] if unit else []
+
+
+def _fill(db: sqlite3.Connection, pairs: list[tuple[str, int]]) -> None:
+    with db:
+        db.execute("DELETE FROM names")
+        db.execute("DELETE FROM units")
+        db.execute("DELETE FROM instances")
+        db.execute("DELETE FROM line_ranges")
+        db.executemany("INSERT OR IGNORE INTO names VALUES (?, ?)", pairs)
+        db.execute("INSERT OR REPLACE INTO meta VALUES ('complete', 0)")
+        db.execute("INSERT OR REPLACE INTO meta VALUES ('format', ?)", (FORMAT,))
+
+
+def _in_memory_copy(db: sqlite3.Connection) -> sqlite3.Connection:
+    """Carry on in memory when the cache file turns out not to be writable."""
+    memory = sqlite3.connect(":memory:", check_same_thread=False)
+    db.backup(memory)
+    return memory

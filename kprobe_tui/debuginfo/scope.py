@@ -1,0 +1,455 @@
+"""Probe points and the variables in scope there (what `perf probe -V` lists).
+
+This is the API the probe compiler and the TUI build on:
+
+    info = open_debuginfo(binary="/usr/bin/prog")          # or vmlinux=...
+    for site in info.function("main"): ...                  # out-of-line and inlined copies
+    for point in info.probe_points("main:3"): point.address, point.variables
+
+Variables carry their DWARF location at the probe address as a list of (op_name, args), the
+function's frame base ops, and the pyelftools DIE/CU/DWARFInfo handles, so a compiler can turn
+them into tracefs fetch-args without parsing DWARF again.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from kprobe_tui.debuginfo import dwarfinfo as dw
+from kprobe_tui.debuginfo.index import NameIndex, cache_key
+from kprobe_tui.debuginfo.locate import LocatedDebugInfo, find_binary_debuginfo, find_vmlinux, source_path
+from kprobe_tui.errors import UserError
+
+Op = tuple[str, list[Any]]
+
+
+@dataclass
+class FunctionSite:
+    """One concrete copy of a function: the out-of-line body or one inlined instance."""
+
+    name: str
+    decl_file: str | None
+    decl_line: int
+    ranges: list[tuple[int, int]]  # [low, high) address ranges of this copy
+    is_inline: bool
+    die: Any  # pyelftools DIE: DW_TAG_subprogram or DW_TAG_inlined_subroutine
+    cu: Any  # pyelftools CompileUnit
+    call_file: str | None = None  # for inlined copies: where the call is
+    call_line: int = 0
+
+    @property
+    def low_pc(self) -> int:
+        return self.ranges[0][0] if self.ranges else 0
+
+
+@dataclass
+class Variable:
+    """A parameter or local visible at a probe address, with where it lives there."""
+
+    name: str
+    is_param: bool
+    type_die: Any  # pyelftools DIE of DW_AT_type (qualifiers kept), or None
+    type_name: str  # perf's spelling: "struct shape*", "int", "(function_type)"
+    location: list[Op] | None  # DWARF ops valid at the address; None when optimised out there
+    frame_base: list[Op] | None  # the enclosing function's DW_AT_frame_base ops
+    cu: Any
+    dwarf: Any
+    die: Any = None
+    is_external: bool = False  # a global or static with a fixed address (DW_OP_addr)
+    const_value: int | bytes | None = None  # DW_AT_const_value: no storage, the value itself
+    location_range: tuple[int, int] | None = None  # the location-list entry covering the address
+    listed_by_perf: bool = False  # perf probe -V shows it (perf only looks at the first op)
+
+
+@dataclass
+class ProbePoint:
+    """An address to probe, resolved from a spec, and the variables in scope there."""
+
+    address: int  # the address perf would use (a virtual address in the ELF)
+    file_offset: int | None  # for user binaries: what uprobe_events wants
+    function: str  # the symbol the address belongs to (the out-of-line function)
+    offset: int  # address - symbol address (perf's @<symbol+offset>)
+    line: int  # absolute source line of the address
+    file: str | None
+    is_inline: bool  # the address is inside an inlined copy of the requested function
+    is_return: bool = False
+    variables: list[Variable] = field(default_factory=list)
+
+
+
+# perf's default variable filter for -V
+DEFAULT_FILTER = ("__k???tab_*", "__crc_*")
+SUPPORTED_FIRST_OPS = re.compile(r"^DW_OP_(addr|fbreg|breg\d+|reg\d+|bregx|regx)$")
+SPEC_RE = re.compile(r"^(?P<func>[A-Za-z_][\w.]*)(?:@(?P<file>[^:%]+))?(?::(?P<line>\d+))?(?P<ret>%return)?$")
+
+
+@dataclass
+class ProbeSpec:
+    """FUNC[@FILE][:RLN][%return], perf's probe point syntax for a function."""
+
+    function: str
+    file: str | None = None
+    line: int | None = None  # relative to the function's declaration line
+    is_return: bool = False
+
+    @classmethod
+    def parse(cls, text: str) -> ProbeSpec:
+        match = SPEC_RE.match(text)
+        if not match or (match["line"] and match["ret"]):
+            raise UserError(
+                f"cannot parse probe point {text!r}",
+                "use FUNC, FUNC:LINE (relative to the function's first line), FUNC%return or FUNC@FILE",
+            )
+        return cls(match["func"], match["file"], int(match["line"]) if match["line"] else None, bool(match["ret"]))
+
+    def __str__(self) -> str:
+        """perf's synthesize_perf_probe_point spelling, used in 'Available variables at ...'."""
+        text = self.function + (f"@{self.file}" if self.file else "")
+        if self.line is not None:
+            text += f":{self.line}"
+        return text + ("%return" if self.is_return else "")
+
+
+class DebugInfo:
+    """One binary's (or the kernel's) DWARF, with the questions the probe builder asks of it."""
+
+    def __init__(self, located: LocatedDebugInfo, source_dir: str | None = None) -> None:
+        self.located = located
+        self.source_dir = source_dir
+        self._stream, self.elf, self.dwarf, self._mm = dw.open_dwarf(located.debug_file)
+        self.units = dw.Units(self.dwarf)
+
+    @property
+    def is_kernel(self) -> bool:
+        return self.located.is_kernel
+
+    @cached_property
+    def symbols(self) -> dw.SymbolTable:
+        return dw.SymbolTable(self.elf, self._mm)
+
+    @cached_property
+    def aranges(self) -> dw.ArangeMap:
+        section = self.elf.get_section_by_name(".debug_aranges")
+        if section is None:
+            return dw.ArangeMap()
+        return dw.ArangeMap.read(self._mm[section.header.sh_offset : section.header.sh_offset + section.header.sh_size])
+
+    @cached_property
+    def index(self) -> NameIndex:
+        key = cache_key(self.located.build_id, self.located.debug_file)
+
+        def from_symbols():
+            for name, address in self.symbols.names():
+                cu = self.aranges.cu_at(address)
+                if cu is not None:
+                    yield name, cu
+
+        return NameIndex.load_or_build(key, from_symbols)
+
+    def _all_defined_functions(self):
+        for cu in self.dwarf.iter_CUs():
+            for die in self.units.of(cu).functions:
+                if dw.is_func_def(die) and "DW_AT_name" in die.attributes:
+                    yield dw.name_of(die), cu.cu_offset
+
+    def cu(self, offset: int):
+        return self.dwarf.get_CU_at(offset)
+
+    # ---- functions ----
+
+    def definitions(self, name: str, file: str | None = None) -> list:
+        """Subprogram DIEs defining ``name`` (perf's die_match_name + die_is_func_def), in unit order."""
+        found = self._definitions_in(self.index.cus(name), name, file)
+        if not found and not self.index.complete:
+            self.index.complete_with(self._all_defined_functions)
+            found = self._definitions_in(self.index.cus(name), name, file)
+        return found
+
+    def _definitions_in(self, cu_offsets: list[int], name: str, file: str | None) -> list:
+        found = []
+        for offset in cu_offsets:
+            cu = self.cu(offset)
+            unit = self.units.of(cu)
+            self._index_unit(unit)
+            for die_offset in self.index.function_dies(offset, name):
+                die = cu.get_DIE_from_refaddr(die_offset)
+                if file is not None:
+                    decl = unit.file_name(dw.decl_file_index(die))
+                    if not decl or not dw.strtailcmp(file, decl):
+                        continue
+                found.append(die)
+        return found
+
+    def _index_unit(self, unit: dw.CUData) -> None:
+        """Record a unit's functions and their address ranges, once per build-id."""
+        if self.index.knows_functions_of(unit.cu.cu_offset):
+            return
+        names, ranges = [], []
+        for die in unit.functions:
+            if dw.is_func_def(die) and "DW_AT_name" in die.attributes:
+                names.append((dw.name_of(die), die.offset))
+            ranges.extend((low, high, die.offset) for low, high in dw.ranges_of(die, self.units))
+        self.index.add_functions(unit.cu.cu_offset, names, ranges)
+
+    def function(self, name: str, file: str | None = None) -> list[FunctionSite]:
+        """Every concrete copy of the first definition perf would pick: out-of-line and inlined."""
+        definitions = self.definitions(name, file)
+        if not definitions:
+            raise UserError(f"function {name!r} not found in the debug info of {self.located.debug_file}",
+                            "check the spelling; `kprobe-tui funcs` lists kernel functions")
+        sites = []
+        for die in definitions:
+            copies = [die] if dw.is_func_instance(die) else self.instances_of(die)
+            sites.extend(self._site(copy, name) for copy in copies)
+            if sites:
+                break
+        return sites
+
+    def _site(self, die, name: str) -> FunctionSite:
+        unit = self.units.of(die.cu)
+        inline = die.tag == "DW_TAG_inlined_subroutine"
+        return FunctionSite(
+            name=name,
+            decl_file=unit.file_name(dw.decl_file_index(die)),
+            decl_line=dw.decl_line(die),
+            ranges=dw.ranges_of(die, self.units),
+            is_inline=inline,
+            die=die,
+            cu=die.cu,
+            call_file=unit.file_name(dw.int_attr(die, "DW_AT_call_file", False)) if inline else None,
+            call_line=(dw.int_attr(die, "DW_AT_call_line", False) or 0) if inline else 0,
+        )
+
+    def instances_of(self, origin) -> list:
+        """The concrete copies (out-of-line and inlined) of an abstract function, as perf walks them."""
+        cu = origin.cu
+        origins = self.index.instances(cu.cu_offset)
+        if origins is None:
+            self._index_unit(self.units.of(cu))
+            bodies = dict.fromkeys(offset for _, _, offset in self.index.function_ranges(cu.cu_offset))
+            origins = dw.unit_instances([cu.get_DIE_from_refaddr(offset) for offset in bodies], self.units)
+            self.index.add_instances(cu.cu_offset, origins)
+        return [cu.get_DIE_from_refaddr(offset) for offset in origins.get(origin.offset, [])]
+
+    def real_function_at(self, cu, address: int):
+        """perf's die_find_realfunc: the unit's first subprogram whose ranges hold the address."""
+        self._index_unit(self.units.of(cu))
+        for low, high, die_offset in self.index.function_ranges(cu.cu_offset):
+            if low <= address < high:
+                return cu.get_DIE_from_refaddr(die_offset)
+        return None
+
+    @cached_property
+    def _load_segments(self) -> list[tuple[int, int, int]]:
+        """(vaddr, memsz, offset) of the probed binary's PT_LOAD segments (not the debug file's)."""
+        from elftools.elf.elffile import ELFFile
+
+        with open(self.located.binary, "rb") as stream:
+            return [(s.header.p_vaddr, s.header.p_memsz, s.header.p_offset)
+                    for s in ELFFile(stream).iter_segments() if s.header.p_type == "PT_LOAD"]
+
+    def file_offset(self, address: int) -> int | None:
+        """The file offset of a virtual address in the probed binary (what uprobe_events takes)."""
+        if self.is_kernel:
+            return None
+        for vaddr, size, offset in self._load_segments:
+            if vaddr <= address < vaddr + size:
+                return address - vaddr + offset
+        return None
+
+    def source_file(self, raw_path: str, cu) -> str | None:
+        """The readable source text for a DWARF file name, resolved as perf does (-s as prefix)."""
+        return source_path(raw_path, self.units.of(cu).comp_dir, self.source_dir)
+
+    # ---- probe points and variables ----
+
+    def probe_points(self, spec: str | ProbeSpec, externs: bool = False) -> list[ProbePoint]:
+        """The addresses perf probe would use for a spec, each with the variables perf -V lists."""
+        spec = spec if isinstance(spec, ProbeSpec) else ProbeSpec.parse(spec)
+        definitions = self.definitions(spec.function, spec.file)
+        if not definitions:
+            raise UserError(f"function {spec.function!r} not found in the debug info of {self.located.debug_file}",
+                            "check the spelling, or give FUNC@FILE for a static function")
+        die = definitions[0]
+        unit = self.units.of(die.cu)
+        decl_file = unit.file_name(dw.decl_file_index(die))
+        points: list[ProbePoint] = []
+        if spec.line is not None:
+            target = dw.decl_line(die) + spec.line
+            for address in _line_addresses(self, unit, decl_file, target):
+                self._check_line_owns(unit, spec, decl_file, target, address)
+                scope = self._best_scope(unit, address, spec.function, decl_file)
+                if scope is not None:
+                    points.append(self._point(scope, address, spec, target, decl_file, externs))
+        elif dw.is_func_instance(die):
+            address = dw.entry_pc(die, self.units)
+            if address:
+                points.append(self._point(die, address, spec, dw.decl_line(die), decl_file, externs))
+        else:
+            for instance in self.instances_of(die):
+                address = dw.entry_pc(instance, self.units)
+                if address:
+                    points.append(self._point(instance, address, spec, dw.decl_line(die), decl_file, externs))
+        if spec.is_return:
+            points = [p for p in points if not p.is_inline]
+        unique: dict[int, ProbePoint] = {}
+        for point in points:  # perf lists an address once, even when two inlined copies start there
+            unique.setdefault(point.address, point)
+        return list(unique.values())
+
+    def _check_line_owns(self, unit: dw.CUData, spec: ProbeSpec, file: str, line: int, address: int) -> None:
+        """perf's verify_representive_line: refuse a line whose address maps back to another line."""
+        from kprobe_tui.debuginfo.lines import line_info
+
+        back_file, back_line = line_info(self, unit, address)
+        if not back_file or not back_line or back_file != file or back_line == line:
+            return
+        where = f"{back_file}:{back_line}"
+        scope = self._best_scope(unit, address, spec.function, file)
+        if scope is not None and _matches(scope, spec.function):
+            where = f"{dw.name_of(scope)}:{back_line - dw.decl_line(scope)}"
+        raise UserError(f"{spec}: this line shares its address with other lines",
+                        f"probe at {where} instead")
+
+    def _best_scope(self, unit: dw.CUData, address: int, function: str, decl_file: str | None):
+        """perf's find_best_scope: the outermost function or inlined copy at the address named as asked."""
+        scope = self.real_function_at(unit.cu, address)
+        chain = []
+        while scope is not None:
+            chain.append(scope)
+            scope = dw.iter_tree(scope, lambda d: dw.FIND_END if d.tag == "DW_TAG_inlined_subroutine"
+                                 and dw.has_pc(d, address, self.units) else dw.FIND_CONTINUE)
+        for candidate in chain:
+            file = unit.file_name(dw.decl_file_index(candidate))
+            if decl_file and file != decl_file:
+                continue
+            if _matches(candidate, function):
+                return candidate
+        return chain[-1] if chain else None
+
+    def _point(self, scope, address: int, spec: ProbeSpec, line: int, file: str | None, externs: bool) -> ProbePoint:
+        function = scope if dw.is_func_def(scope) else self.real_function_at(scope.cu, address)
+        entry = dw.entry_pc(function, self.units) if function is not None else None
+        if function is not None and entry is not None:
+            symbol, offset = dw.name_of(function) or spec.function, address - entry
+        else:
+            sym = self.symbols.containing(address)
+            symbol, offset = (sym.name, address - sym.address) if sym else (spec.function, 0)
+        unit = self.units.of(scope.cu)
+        point = ProbePoint(
+            address=address,
+            file_offset=self.file_offset(address),
+            function=symbol,
+            offset=offset,
+            line=line,
+            file=file,
+            is_inline=scope.tag == "DW_TAG_inlined_subroutine",
+            is_return=spec.is_return,
+        )
+        if function is not None:
+            point.variables = self.variables_at(scope, function, address, externs)
+        return point
+
+    def variables_at(self, scope, function, address: int, externs: bool = False) -> list[Variable]:
+        """Parameters and locals visible at an address (perf's collect_variables_cb), listed or not."""
+        frame = dw.location_at(function, "DW_AT_frame_base", address, self.units)
+        frame_base = frame.ops if frame else None
+        entry = dw.entry_pc(function, self.units)
+        found: list[Variable] = []
+
+        def visit(die):
+            if die.tag in ("DW_TAG_formal_parameter", "DW_TAG_variable"):
+                found.append(self._variable(die, address, frame_base, function, entry))
+            return dw.FIND_CONTINUE if dw.has_pc(die, address, self.units) else dw.FIND_SIBLING
+
+        dw.iter_tree(scope, visit)
+        if externs:
+            for die in die_children(scope.cu.get_top_DIE()):
+                if die.tag in ("DW_TAG_formal_parameter", "DW_TAG_variable"):
+                    found.append(self._variable(die, address, frame_base, function, entry))
+        return found
+
+    def _variable(self, die, address: int, frame_base, function, entry) -> Variable:
+        name = dw.name_of(die) or "(anonymous)"
+        type_die = dw.ref(die, "DW_AT_type")
+        spelled = dw.type_name(die)
+        variable = Variable(
+            name=name, is_param=die.tag == "DW_TAG_formal_parameter", type_die=type_die,
+            type_name=spelled if spelled is not None else "(unknown_type)", location=None,
+            frame_base=frame_base, cu=die.cu, dwarf=self.dwarf, die=die,
+        )
+        if "DW_AT_external" in die.attributes:
+            variable.is_external = True
+            found = dw.location_at(die, "DW_AT_location", address, self.units)
+            variable.location = found.ops if found else None
+            variable.listed_by_perf = True
+        elif "DW_AT_const_value" in die.attributes:  # perf reads it without following abstract_origin
+            variable.const_value = die.attributes["DW_AT_const_value"].value
+            variable.listed_by_perf = True
+        else:
+            found = dw.location_at(die, "DW_AT_location", address, self.units)
+            if found is None and variable.is_param and address == entry:
+                found = self._first_location_after(die, function, address)
+            if found is not None and found.ops:
+                variable.location, variable.location_range = found.ops, found.range
+                first = found.ops[0][0]
+                variable.is_external = first == "DW_OP_addr"
+                variable.listed_by_perf = bool(SUPPORTED_FIRST_OPS.match(first)) and (
+                    first != "DW_OP_fbreg" or frame_base is not None)
+        variable.listed_by_perf = variable.listed_by_perf and not any(
+            fnmatch.fnmatchcase(name, pattern) for pattern in DEFAULT_FILTER)
+        return variable
+
+    def _first_location_after(self, die, function, address: int):
+        """perf's fentry fuzz: a parameter without a location at entry takes its first one in the body."""
+        ranges = dw.location_ranges(die, self.units)
+        if not ranges or "DW_AT_high_pc" not in function.attributes:
+            return None  # perf asks dwarf_highpc, which fails for a function in several ranges
+        high = dw.ranges_of(function, self.units)[0][1]
+        later = sorted(low for low, end in ranges if address < end and low <= high)
+        for low in later:
+            at = max(low, address + 1)
+            found = dw.location_at(die, "DW_AT_location", at, self.units)
+            if found is not None:
+                return found
+        return None
+
+
+def die_children(die):
+    return die.iter_children() if die.has_children else iter(())
+
+
+def _matches(die, name: str) -> bool:
+    """perf's die_match_name: the (integrated) name, then the linkage name."""
+    for candidate in (dw.name_of(die), dw.linkage_name_of(die)):
+        if candidate is not None and fnmatch.fnmatchcase(candidate, name):
+            return True
+    return False
+
+
+def _line_addresses(info: DebugInfo, unit: dw.CUData, file: str | None, line: int) -> list[int]:
+    """perf's probe_point_line_walk over the unit: every address a source line starts at."""
+    from kprobe_tui.debuginfo.lines import walk_lines
+
+    addresses: list[int] = []
+    for fname, lineno, address in walk_lines(info, unit):
+        if lineno == line and fname and file and dw.strtailcmp(fname, file) and address not in addresses:
+            addresses.append(address)
+    return addresses
+
+
+def open_debuginfo(binary: str | None = None, vmlinux: str | None = None, source_dir: str | None = None) -> DebugInfo:
+    """Open the debug info of a user binary (``binary``, as ``-x``) or of the kernel.
+
+    For the kernel, ``vmlinux`` is an explicit file; without it the usual debug locations are
+    searched and the build-id is checked against the running kernel. Raises UserError naming
+    what is missing and the package that provides it.
+    """
+    if binary is not None and vmlinux is not None:
+        raise UserError("give either -x BINARY or -k VMLINUX, not both")
+    located = find_binary_debuginfo(binary) if binary is not None else find_vmlinux(vmlinux)
+    return DebugInfo(located, source_dir=source_dir)

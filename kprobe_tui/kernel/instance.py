@@ -1,0 +1,164 @@
+"""This run's own tracefs instance: a private ring buffer and trace_pipe.
+
+``trace_pipe`` readers are exclusive (since 6.5) and the top-level buffer is shared with perf
+and other tools, so each run records into ``instances/kptui_<pid>``: its own buffer size and
+options, its events enabled there only. The instance is registered with ``lifetime.undo`` and
+removed when the run ends (events disabled first, then rmdir); after SIGKILL,
+``Events.cleanup()`` removes it as stale.
+"""
+
+from __future__ import annotations
+
+import errno
+import fnmatch
+import os
+import re
+
+from kprobe_tui.errors import UserError
+from kprobe_tui.kernel import lifetime
+from kprobe_tui.kernel.events import Events
+from kprobe_tui.kernel.tracefs import Tracefs
+
+_STATS_FIELD = re.compile(r"^(overrun|dropped events):\s*(\d+)", re.M)
+
+
+def resolve_events(events: Events, patterns: list[str]) -> list[tuple[str, str]]:
+    """``(group, event)`` for each ``group/event``, ``group:event`` or ``event`` glob, any owner.
+
+    Dynamic events are matched by glob; an exact ``group/event`` also names tracepoints.
+    No pattern: every dynamic event.
+    """
+    known = [(e.group, e.event) for e in events.list()]
+    if not patterns:
+        if not known:
+            raise UserError("there are no probe events to tail",
+                            "create one first: kprobe-tui probe ... (or perf probe, or uprobe_events)")
+        return known
+    chosen: list[tuple[str, str]] = []
+    for pattern in patterns:
+        group_glob, sep, event_glob = pattern.replace(":", "/", 1).rpartition("/")
+        hits = [(g, e) for g, e in known
+                if fnmatch.fnmatchcase(e, event_glob) and (not sep or fnmatch.fnmatchcase(g, group_glob))]
+        if not hits and sep and events.tracefs.exists(f"events/{group_glob}/{event_glob}/enable"):
+            hits = [(group_glob, event_glob)]
+        if not hits:
+            raise UserError(f"no probe event matches {pattern!r}",
+                            "list them with: kprobe-tui list (or cat /sys/kernel/tracing/dynamic_events)")
+        chosen += [hit for hit in hits if hit not in chosen]
+    return chosen
+
+
+class Instance:
+    """``instances/<name>`` under a tracefs root; ``create()`` then ``remove()`` (or let undo do it)."""
+
+    def __init__(self, top: Tracefs, name: str | None = None) -> None:
+        self.top = top
+        self.name = name or lifetime.run_name()
+        self.tracefs = Tracefs(top.path(f"instances/{self.name}"))
+        self.events = Events(top)
+        self.enabled: list[tuple[str, str]] = []
+        self.filtered: set[tuple[str, str]] = set()
+        self.defined_filters: dict[tuple[str, str], str] = {}  # top-level filters, kept in here too
+        self._undo_token: int | None = None
+
+    @property
+    def trace_pipe(self) -> str:
+        return str(self.tracefs.path("trace_pipe"))
+
+    def create(self, buffer_kb: int | None = None, options: dict[str, bool] | None = None) -> None:
+        """Make the instance; ``options`` are ``options/<name>`` switches such as record-tgid."""
+        directory = self.tracefs.root
+        if not self.top.writable:
+            raise UserError("cannot tail a captured snapshot", "run on the live machine, without --snapshot/--tracefs")
+        try:
+            os.mkdir(directory)
+        except OSError as exc:
+            hint = ("another tail of this process is running" if exc.errno == errno.EEXIST
+                    else "run as root; the kernel needs tracefs instances (CONFIG_TRACING)")
+            raise UserError(f"cannot create trace instance {directory}: {exc.strerror}", hint) from exc
+        self._undo_token = lifetime.undo.push(f"trace instance {self.name}", self._remove_now)
+        # Wake readers as soon as there is data (the default, 50 %, holds events back until half full).
+        if self.tracefs.exists("buffer_percent"):
+            self.tracefs.write("buffer_percent", "0", append=False)
+        if buffer_kb:
+            self.tracefs.write("buffer_size_kb", str(buffer_kb), append=False)
+        for option, on in (options or {}).items():
+            self.set_option(option, on)
+
+    def set_option(self, option: str, on: bool) -> None:
+        if not self.tracefs.exists(f"options/{option}"):
+            raise UserError(f"this kernel has no trace option {option!r}")
+        self.tracefs.write(f"options/{option}", "1" if on else "0", append=False)
+
+    def enable(self, group: str, event: str) -> None:
+        """Record ``group/event`` into this instance only, under the filter the probe was defined with.
+
+        An instance has its own event filters, so the one set at the top level when the probe was
+        made (the feedback guard's ``common_pid != <ours>``, the user's filter) is copied in first:
+        no event slips through between enabling and filtering.
+        """
+        defined = self.top.read(f"events/{group}/{event}/filter").strip() if self.event_exists(group, event) else ""
+        if defined and defined != "none":
+            self.defined_filters[(group, event)] = defined
+            self.set_filter(group, event, "")
+        self.events.enable(group, event, where=self.tracefs)
+        if (group, event) not in self.enabled:
+            self.enabled.append((group, event))
+
+    def set_filter(self, group: str, event: str, expression: str) -> None:
+        """Kernel-side filter of ``group/event`` inside this instance, on top of its defined filter
+        (KernelRefused with caret on error)."""
+        defined = self.defined_filters.get((group, event))
+        if defined and expression:
+            expression = f"({defined}) && ({expression})"
+        self.events.set_filter(group, event, expression or defined, where=self.tracefs)
+        self.filtered.add((group, event))
+
+    def clear_filter(self, group: str, event: str) -> None:
+        """Back to the filter the probe was defined with (or none)."""
+        if (group, event) in self.defined_filters:
+            self.set_filter(group, event, "")
+        elif (group, event) in self.filtered:
+            self.events.clear_filter(group, event, where=self.tracefs)
+            self.filtered.discard((group, event))
+
+    def event_format(self, group: str, event: str) -> str:
+        return self.top.read(f"events/{group}/{event}/format")
+
+    def event_exists(self, group: str, event: str) -> bool:
+        return self.top.exists(f"events/{group}/{event}")
+
+    def lost(self) -> dict[int, int]:
+        """Events lost per CPU so far: ring overruns plus events dropped for lack of room."""
+        lost: dict[int, int] = {}
+        per_cpu = self.tracefs.path("per_cpu")
+        for entry in os.listdir(per_cpu) if per_cpu.is_dir() else []:
+            if entry.startswith("cpu") and entry[3:].isdigit():
+                try:
+                    text = (per_cpu / entry / "stats").read_text()
+                except OSError:
+                    continue
+                lost[int(entry[3:])] = sum(int(m[2]) for m in _STATS_FIELD.finditer(text))
+        return lost
+
+    def remove(self) -> None:
+        """Disable our events, then remove the directory (and forget the undo entry)."""
+        if self._undo_token is not None:
+            lifetime.undo.run(self._undo_token)
+            self._undo_token = None
+
+    def _remove_now(self) -> None:
+        for group, event in self.enabled:
+            if not self.tracefs.exists(f"events/{group}/{event}/enable"):
+                continue  # deleted by someone else meanwhile
+            if (group, event) in self.filtered:
+                self.tracefs.write(f"events/{group}/{event}/filter", "0", append=False)
+            self.tracefs.write(f"events/{group}/{event}/enable", "0", append=False)
+        self.enabled, self.filtered = [], set()
+        try:
+            os.rmdir(self.tracefs.root)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise UserError(f"cannot remove trace instance {self.tracefs.root}: {exc.strerror}",
+                            "something still reads its trace_pipe; it is removed as stale by: kprobe-tui cleanup") from exc

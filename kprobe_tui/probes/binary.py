@@ -1,0 +1,241 @@
+"""The probeable functions of a user binary (``-x BINARY``), for the function browser.
+
+It answers what the kernel ``Catalog`` answers (``names``, ``status``, ``classify``, ``module``,
+``function``, ``notes``, ``details_ready``, ``warm``), so the same screen browses both. The
+browser's glyphs and colours are keyed by the kernel's ``Status``; the meanings for a binary are
+named below and spelled for the screen in ``labels``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from kprobe_tui.errors import UserError
+from kprobe_tui.kernel.catalog import _CLONE_MEANING, _CLONE_SUFFIX, Function, Status, Symbol
+
+# What each Status means for a function of a user binary.
+WITH_DEBUG_INFO = Status.FTRACE  # DWARF describes it: arguments and locals by name
+WITHOUT_DEBUG_INFO = Status.PROBEABLE  # a uprobe works; values only through registers and $argN
+NOT_PROBEABLE = Status.BLACKLISTED
+
+LABELS = {
+    WITH_DEBUG_INFO: "debug info",
+    WITHOUT_DEBUG_INFO: "registers only",
+    Status.CLONE: "clone",
+    Status.AMBIGUOUS: "ambiguous",
+    NOT_PROBEABLE: "not probeable",
+}
+
+# Sections whose symbols are call trampolines, not function bodies.
+_STUB_SECTIONS = (".plt", ".plt.got", ".plt.sec", ".iplt")
+
+
+@dataclass(frozen=True)
+class _FunctionSymbol:
+    address: int
+    size: int
+    kind: str  # STT_FUNC or STT_GNU_IFUNC
+    section: str  # "" for an undefined (imported) symbol
+
+
+class BinaryCatalog:
+    """The FUNC symbols of one ELF file (.symtab and .dynsym), classified for probing."""
+
+    labels = LABELS
+    missing_prototype = "(no prototype: no DWARF for this function)"
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path).resolve()
+        self.notes: list[str] = []
+        self._symbols = _read_function_symbols(self.path)
+        self.names: list[str] = sorted(self._symbols)
+        self._debuginfo = self._open_debuginfo()  # before any status: rows are classified from two threads
+        self._classified: dict[str, tuple[Status, str]] = {}
+        self.details_ready = False  # set by warm(): every name is classified
+        self.function = lru_cache(maxsize=1024)(self._function)
+        if not self.names:
+            self.notes.append(f"{self.path} has no function symbols (stripped of .symtab and exports nothing)")
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def where(self, function: Function) -> str:
+        """What the browser's detail pane says in place of a kernel module."""
+        return self.path.name
+
+    def module(self, name: str) -> str:
+        return ""  # one file: naming it on every row says nothing
+
+    def status(self, name: str) -> Status:
+        return self.classify(name)[0]
+
+    def classify(self, name: str) -> tuple[Status, str]:
+        found = self._classified.get(name)
+        if found is None:
+            found = self._classified[name] = self._classify(name, self._symbols.get(name, []))
+        return found
+
+    def _classify(self, name: str, symbols: list[_FunctionSymbol]) -> tuple[Status, str]:
+        defined = [s for s in symbols if s.section]
+        if not defined:
+            return NOT_PROBEABLE, (
+                "imported: the code is in a shared library this file links against; "
+                "probe it there (-x /path/to/the/library)"
+            )
+        if len(defined) > 1:
+            where = ", ".join(f"0x{s.address:x}" for s in defined)
+            return Status.AMBIGUOUS, (
+                f"{len(defined)} functions share this name ({where}), e.g. static functions of different source files or "
+                "symbol versions: probe one by address (0xADDR) or by FUNC@SOURCE"
+            )
+        symbol = defined[0]
+        if symbol.kind == "STT_GNU_IFUNC":
+            return NOT_PROBEABLE, (
+                "an ifunc: the symbol is the resolver the dynamic linker calls once to pick an implementation; "
+                "probe the implementation it returns instead"
+            )
+        if symbol.section in _STUB_SECTIONS:
+            return NOT_PROBEABLE, f"a stub in {symbol.section} that jumps to the real function: probe that"
+        if symbol.size == 0:
+            return NOT_PROBEABLE, (
+                "size 0 in the symbol table: an assembler label or marker, not a function body; "
+                "probe its address (0xADDR) if you know it is code"
+            )
+        clone = _CLONE_SUFFIX.search(name)
+        if clone:
+            base = name[: clone.start()]
+            return Status.CLONE, f"compiler clone of {base}(): {_CLONE_MEANING[clone.group(1)].format(base=base)}"
+        if self._has_dwarf_at(symbol.address):
+            return WITH_DEBUG_INFO, "described by DWARF: capture arguments and locals by name, and probe source lines"
+        return WITHOUT_DEBUG_INFO, (
+            "no DWARF for it: entry, return and +offset probes work, values through registers, $argN and $retval"
+        )
+
+    # --- debug info ----------------------------------------------------------------------------
+
+    def _open_debuginfo(self):
+        """The binary's DWARF (its own or a separate debug file), or None with a note saying why."""
+        from kprobe_tui.debuginfo.scope import open_debuginfo
+
+        try:
+            info = open_debuginfo(binary=str(self.path))
+            info.aranges  # the address -> unit map every DWARF question starts from
+            return info
+        except UserError as exc:
+            self.notes.append(f"no debug info: {exc.message}")
+        except Exception as exc:  # a DWARF layout the reader does not handle must not stop the browser
+            self.notes.append(f"debug info unreadable ({type(exc).__name__}: {exc}): registers only")
+        return None
+
+    def _has_dwarf_at(self, address: int) -> bool:
+        info = self._debuginfo
+        if info is None:
+            return False
+        # Without .debug_aranges the units cannot be told apart cheaply: the file's DWARF is trusted.
+        return info.aranges.cu_at(address) is not None or not _has_section(info, ".debug_aranges")
+
+    def prototype(self, name: str) -> str | None:
+        """``int work(struct rec* rec, int n)`` from DWARF, or None without it."""
+        if self.status(name) is not WITH_DEBUG_INFO:
+            return None
+        from kprobe_tui.debuginfo import dwarfinfo as dw
+
+        try:
+            die = self._debuginfo.function(name)[0].die
+        except (UserError, IndexError):
+            return None
+        if die.tag == "DW_TAG_inlined_subroutine" or "DW_AT_abstract_origin" in die.attributes:
+            die = dw.ref(die, "DW_AT_abstract_origin") or die
+        params = []
+        for child in die.iter_children() if die.has_children else ():
+            if child.tag == "DW_TAG_formal_parameter":
+                params.append(f"{_spelled_type(child)} {dw.name_of(child) or ''}".rstrip())
+            elif child.tag == "DW_TAG_unspecified_parameters":
+                params.append("...")
+        return f"{_spelled_type(die)} {name}({', '.join(params) or 'void'})"
+
+    def _function(self, name: str) -> Function:
+        symbols = [s for s in self._symbols.get(name, []) if s.section] or self._symbols.get(name, [])
+        status, reason = self.classify(name)
+        size = symbols[0].size if len(symbols) == 1 and symbols[0].section else None
+        return Function(name, "", tuple(Symbol(s.address, "") for s in symbols), size, status, reason, self.prototype(name))
+
+    def warm(self) -> None:
+        """Classify every name (a DWARF address lookup each): for a background thread, after the list is shown."""
+        for name in self.names:
+            self.classify(name)
+        self.details_ready = True
+
+
+def _has_section(info, name: str) -> bool:
+    return info.elf.get_section_by_name(name) is not None
+
+
+def _spelled_type(die) -> str:
+    """perf's type spelling; DWARF has no type for void, and perf spells no void pointer."""
+    from kprobe_tui.debuginfo import dwarfinfo as dw
+
+    if "DW_AT_type" not in die.attributes:
+        return "void"
+    return dw.type_name(die) or "void*"
+
+
+def _read_function_symbols(path: Path) -> dict[str, list[_FunctionSymbol]]:
+    """name -> its FUNC/IFUNC symbols, one per address (.symtab and .dynsym repeat each other).
+
+    Section headers come from pyelftools; the tables are unpacked with struct (10x faster on big libraries).
+    """
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
+    found: dict[str, list[_FunctionSymbol]] = defaultdict(list)
+    try:
+        with open(path, "rb") as stream:
+            elf = ELFFile(stream)
+            sections = [section.name for section in elf.iter_sections()]
+            order = "<" if elf.little_endian else ">"
+            for table in (".symtab", ".dynsym"):
+                section = elf.get_section_by_name(table)
+                if section is None:
+                    continue
+                strings = elf.get_section(section["sh_link"]).data()
+                for name_at, info, index, value, size in _unpack_symbols(section.data(), elf.elfclass, order):
+                    kind = _SYMBOL_TYPES.get(info & 0xF)
+                    if kind is None or not name_at:
+                        continue
+                    name = strings[name_at : strings.index(b"\0", name_at)].decode(errors="replace")
+                    name = name.split("@", 1)[0]  # .symtab spells versions: printf@GLIBC_2.2.5
+                    same = found[name]
+                    if index == 0:  # SHN_UNDEF: imported
+                        if not same:
+                            same.append(_FunctionSymbol(0, 0, kind, ""))
+                        continue
+                    where = sections[index] if index < len(sections) else "*ABS*"
+                    symbol = _FunctionSymbol(value, size, kind, where)
+                    if all(s.address != symbol.address or not s.section for s in same):
+                        same[:] = [s for s in same if s.section] + [symbol]
+    except FileNotFoundError:
+        raise UserError(f"{str(path)!r}: no such file", "give the path of an executable or shared library (-x PATH)") from None
+    except IsADirectoryError:
+        raise UserError(f"{str(path)!r}: is a directory", "give the path of an executable or shared library (-x PATH)") from None
+    except (ELFError, OSError) as exc:
+        raise UserError(f"{str(path)!r}: not a readable ELF file ({exc})", "-x takes a compiled program or shared library") from None
+    return dict(found)
+
+
+_SYMBOL_TYPES = {2: "STT_FUNC", 10: "STT_GNU_IFUNC"}
+
+
+def _unpack_symbols(data: bytes, elfclass: int, order: str):
+    """(name offset, st_info, st_shndx, st_value, st_size) of each Elf32_Sym / Elf64_Sym."""
+    import struct
+
+    if elfclass == 64:
+        for name_at, info, _other, index, value, size in struct.iter_unpack(order + "IBBHQQ", data):
+            yield name_at, info, index, value, size
+    else:
+        for name_at, value, size, info, _other, index in struct.iter_unpack(order + "IIIBBH", data):
+            yield name_at, info, index, value, size

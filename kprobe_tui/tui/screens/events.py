@@ -1,0 +1,304 @@
+"""The live events screen: table, filter, detail pane, rates, lost counter, pause, export.
+
+It drives a ``TailSession`` (our instance, the reader thread, the store). The reader posts one
+``Ingested`` message per batch (at most ~20 a second); everything else is method calls down.
+Usable on its own: ``EventsScreen(["grp/ev"], sources.tracing())``; ``EventsScreen.replay(events)``
+shows captured events without touching the kernel.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from pathlib import Path
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Input, Sparkline, Static
+
+from kprobe_tui.errors import UserError
+from kprobe_tui.kernel.tracefs import Tracefs
+from kprobe_tui.stream.export import export
+from kprobe_tui.stream.filterexpr import FilterError, compile_filter, parse
+from kprobe_tui.stream.parser import Event
+from kprobe_tui.stream.reader import StreamUpdate
+from kprobe_tui.stream.session import TailSession
+from kprobe_tui.stream.store import DEFAULT_CAPACITY, EventStore
+from kprobe_tui.tui.widgets.event_table import EventTable, show_value
+
+RATE_SECONDS = 60  # sparkline history
+MAX_RATE_ROWS = 3  # at 80x24 the table keeps the room
+
+
+class Ingested(Message):
+    """A batch from the reader thread."""
+
+    def __init__(self, update: StreamUpdate) -> None:
+        super().__init__()
+        self.update = update
+
+
+class EventsScreen(Screen):
+    DEFAULT_CSS = """
+    EventsScreen #status { height: 1; padding: 0 1; background: $panel; }
+    EventsScreen #filter-bar { height: 1; }
+    EventsScreen #filter-prompt { width: 3; padding: 0 1; color: $accent; }
+    EventsScreen #filter { width: 1fr; height: 1; border: none; padding: 0; }
+    EventsScreen #filter-side { width: auto; max-width: 40; padding: 0 1; color: $text-muted; text-wrap: nowrap; text-overflow: ellipsis; }
+    EventsScreen #filter-error { height: auto; max-height: 3; padding: 0 1; color: $error; display: none; }
+    EventsScreen #filter-error.shown { display: block; }
+    EventsScreen EventTable { height: 1fr; }
+    EventsScreen #rates { height: auto; max-height: 3; }
+    EventsScreen .rate { height: 1; }
+    EventsScreen .rate-label { width: 30; padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis; }
+    EventsScreen .rate Sparkline { width: 1fr; height: 1; }
+    EventsScreen #detail { height: 9; border-top: solid $primary 40%; display: none; padding: 0 1; }
+    EventsScreen #detail.shown { display: block; }
+    """
+    BINDINGS = [
+        Binding("slash", "focus_filter", "Filter"),
+        Binding("escape", "focus_table", "Back", show=False),
+        Binding("p", "pause", "Pause"),
+        Binding("enter,d", "toggle_detail", "Detail"),
+        Binding("s", "toggle_stack", "Stacks"),
+        Binding("x", "export('jsonl')", "Export"),
+        Binding("X", "export('csv')", "CSV", show=False),
+    ]
+
+    def __init__(self, patterns: list[str] | None, tracefs: Tracefs | None, max_events: int = DEFAULT_CAPACITY,
+                 export_dir: Path | None = None) -> None:
+        """Tail ``patterns`` (``group/event`` globs; [] = every probe event) from ``tracefs``;
+        ``tracefs=None`` shows only what ``replay()`` puts in the store."""
+        super().__init__()
+        self.patterns = patterns
+        self.tracefs = tracefs
+        self.session: TailSession | None = None
+        self.store = EventStore(max_events)
+        self.export_dir = export_dir or Path.cwd()
+        self.lost = 0
+        self.garbled = 0
+        self.new_since_follow = 0
+        self.finished = False
+        self.rates: dict[str, deque[float]] = {}
+        self._second_counts: dict[str, int] = {}
+        self._second_start = time.monotonic()
+
+    @classmethod
+    def replay(cls, events: list[Event], **kwargs) -> EventsScreen:
+        """Show already captured events (no kernel access)."""
+        screen = cls(None, None, max(len(events), 1), **kwargs)
+        screen.store.extend(events)
+        return screen
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="status")
+        with Horizontal(id="filter-bar"):
+            yield Static("/", id="filter-prompt")
+            yield Input(placeholder='filter: comm == "sshd" && len > 100 || event ~ "tcp_*"', id="filter")
+            yield Static("no filter", id="filter-side")
+        yield Static("", id="filter-error")
+        yield EventTable(self.store, id="events")
+        yield Vertical(id="rates")
+        with VerticalScroll(id="detail"):
+            yield Static("", id="detail-text")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(EventTable)
+        table.focus()
+        if self.tracefs is not None:
+            try:
+                self.session = TailSession(self.tracefs, self.patterns or [], store=self.store)
+                self.session.start(lambda update: self.post_message(Ingested(update)))
+            except UserError as exc:
+                self.session = None
+                self.finished = True
+                self.notify(str(exc), title="Cannot tail", severity="error", timeout=30)
+        table.rows_changed()
+        self._show_status()
+
+    def on_unmount(self) -> None:
+        if self.session is not None:
+            self.session.stop()
+
+    # --- updates from the reader --------------------------------------------------------------
+
+    def on_ingested(self, message: Ingested) -> None:
+        update = message.update
+        table = self.query_one(EventTable)
+        self.lost = max(self.lost, update.lost)
+        self.garbled = update.garbled
+        if not table.following:
+            self.new_since_follow += update.new
+        for name, count in update.per_event.items():
+            self._second_counts[name] = self._second_counts.get(name, 0) + count
+        self._roll_rates()
+        for name in update.vanished:
+            self.notify(f"{name} was deleted while tailed; its events stop here", title="Event gone", severity="warning")
+        if update.finished:
+            self.finished = True
+            if update.error:
+                self.notify(update.error, title="Reader stopped", severity="error", timeout=30)
+        if update.new:
+            table.rows_changed()
+        self._show_status()
+
+    def _roll_rates(self) -> None:
+        """Per-event events/second, one value per elapsed second, for the sparklines."""
+        now = time.monotonic()
+        if now - self._second_start < 1.0:
+            return
+        elapsed = now - self._second_start
+        self._second_start = now
+        for name in set(self.rates) | set(self._second_counts):
+            history = self.rates.setdefault(name, deque([0.0] * RATE_SECONDS, maxlen=RATE_SECONDS))
+            history.append(self._second_counts.get(name, 0) / elapsed)
+        self._second_counts = {}
+        self._show_rates()
+
+    def _show_rates(self) -> None:
+        container = self.query_one("#rates", Vertical)
+        busiest = sorted(self.rates, key=lambda n: -max(self.rates[n]))[:MAX_RATE_ROWS]
+        rows = {row.name: row for row in container.query(".rate").results(Horizontal)}
+        for name in busiest:
+            label = f"{name} {self.rates[name][-1]:,.0f}/s"
+            if name in rows:
+                rows[name].query_one(Static).update(label)
+                rows[name].query_one(Sparkline).data = list(self.rates[name])
+            else:
+                container.mount(Horizontal(Static(label, classes="rate-label"), Sparkline(list(self.rates[name])),
+                                           classes="rate", name=name))
+        for name, row in rows.items():
+            if name not in busiest:
+                row.remove()
+
+    def _show_status(self) -> None:
+        store = self.store
+        parts = [f"{store.view_len():,} shown" + (f" / {len(store):,}" if store.filtered else ""),
+                 f"lost {self.lost:,}", f"dropped {store.dropped:,}"]
+        if self.garbled:
+            parts.append(f"unparsed {self.garbled:,}")
+        table = self.query_one(EventTable)
+        parts.append("following" if table.following else f"{self.new_since_follow:,} new (End: follow)")
+        if self.finished:
+            parts.append("stopped")
+        elif self.session is None:
+            parts.append("replay")
+        elif self.session.paused:
+            parts.append("PAUSED")
+        self.query_one("#status", Static).update(" │ ".join(parts))
+
+    # --- table ----------------------------------------------------------------------------------
+
+    @on(EventTable.FollowChanged)
+    def _follow_changed(self, message: EventTable.FollowChanged) -> None:
+        if message.following:
+            self.new_since_follow = 0
+        self._show_status()
+
+    @on(EventTable.Highlighted)
+    def _highlighted(self, message: EventTable.Highlighted) -> None:
+        if self.query_one("#detail").has_class("shown"):
+            self._show_detail(message.event)
+
+    def _show_detail(self, event: Event | None) -> None:
+        text = self.query_one("#detail-text", Static)
+        if event is None:
+            text.update("no event")
+            return
+        if not event.event:
+            text.update(f"unparsed line:\n{event.body}")
+            return
+        lines = [f"{event.event}  at {event.site}",
+                 f"time {event.ts:.6f}  cpu {event.cpu}  comm {event.comm!r}  pid {event.pid}"
+                 f"  tgid {event.tgid if event.tgid is not None else '?'}  flags {event.flags or '-'}"]
+        lines += [f"  {name} = {show_value(value)}" for name, value in event.args.items()]
+        if event.stack is not None:
+            lines.append("kernel stack:")
+            lines += [f"  {frame}" for frame in event.stack]
+        elif self.session is not None and not self.session.stacktrace:
+            lines.append("(s: record kernel stacks)")
+        text.update("\n".join(lines))
+
+    def action_toggle_detail(self) -> None:
+        detail = self.query_one("#detail")
+        detail.toggle_class("shown")
+        if detail.has_class("shown"):
+            self._show_detail(self.query_one(EventTable).current)
+
+    def action_focus_table(self) -> None:
+        """Escape: from the filter back to the table; from the table back to the previous screen."""
+        table = self.query_one(EventTable)
+        if table.has_focus and len(self.app.screen_stack) > 2:
+            self.app.pop_screen()
+        else:
+            table.focus()
+
+    # --- filter ---------------------------------------------------------------------------------
+
+    def action_focus_filter(self) -> None:
+        self.query_one("#filter", Input).focus()
+
+    @on(Input.Submitted, "#filter")
+    def _filter_submitted(self, message: Input.Submitted) -> None:
+        self.apply_filter(message.value)
+
+    def apply_filter(self, text: str) -> None:
+        """Apply a filter; on a parse error show it at its column and keep the current filter."""
+        error = self.query_one("#filter-error", Static)
+        try:
+            if self.session is not None:
+                summary = self.session.set_filter(text).summary()
+            else:
+                self.store.set_filter(compile_filter(parse(text)) if text.strip() else None)
+                summary = "view" if text.strip() else "no filter"
+        except FilterError as exc:
+            error.update(f"{exc.problem}\n{exc.text}\n{' ' * exc.position}^")
+            error.add_class("shown")
+            return
+        except UserError as exc:
+            error.update(str(exc))
+            error.add_class("shown")
+            return
+        error.remove_class("shown")
+        self.query_one("#filter-side", Static).update(summary)
+        table = self.query_one(EventTable)
+        table.following = True
+        self.new_since_follow = 0
+        table.rows_changed()
+        table.focus()
+        self._show_status()
+
+    # --- controls -------------------------------------------------------------------------------
+
+    def action_pause(self) -> None:
+        if self.session is None or self.finished:
+            self.notify("nothing is being recorded", severity="warning")
+            return
+        self.session.pause(not self.session.paused)
+        self._show_status()
+
+    def action_toggle_stack(self) -> None:
+        if self.session is None or self.finished:
+            return
+        try:
+            self.session.set_stacktrace(not self.session.stacktrace)
+        except UserError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        self.notify(f"kernel stacks {'on' if self.session.stacktrace else 'off'} for new events")
+
+    def action_export(self, fmt: str) -> None:
+        """Write the rows the view shows (filtered or not) next to where we were started."""
+        store = self.store
+        path = self.export_dir / f"kprobe-tui-events-{time.strftime('%Y%m%d-%H%M%S')}.{fmt}"
+        try:
+            count = export(store.view_rows(0, store.view_len()), path, fmt)
+        except UserError as exc:
+            self.notify(str(exc), title="Export failed", severity="error", timeout=15)
+            return
+        self.notify(f"{count:,} events written to {path}", title="Exported")
