@@ -11,11 +11,11 @@ from rich.segment import Segment
 from textual.binding import Binding
 from textual.geometry import Size
 from textual.message import Message
-from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from kprobe_tui.stream.parser import FAULT, Event
 from kprobe_tui.stream.store import EventStore
+from kprobe_tui.tui.widgets.cursor_view import CursorView
 
 FIXED_COLUMNS = [("TIME", ">", 12), ("CPU", ">", 3), ("COMM", "<", 15), ("PID", ">", 7), ("EVENT", "<", 12)]
 MAX_ARG_WIDTH = 24
@@ -34,7 +34,7 @@ def quoted(value) -> str:
     return f'"{show_value(value)}"' if isinstance(value, str) else show_value(value)
 
 
-class EventTable(ScrollView, can_focus=True):
+class EventTable(CursorView):
     """Rows of an ``EventStore``; ``rows_changed()`` after the store grows or its filter changes."""
 
     DEFAULT_CSS = """
@@ -44,12 +44,8 @@ class EventTable(ScrollView, can_focus=True):
     EventTable > .event-table--raw { color: $warning; }
     """
     COMPONENT_CLASSES = {"event-table--header", "event-table--cursor", "event-table--raw"}
+    header_lines = 1
     BINDINGS = [
-        Binding("up,k", "move(-1)", "Up", show=False),
-        Binding("down,j", "move(1)", "Down", show=False),
-        Binding("pageup", "page(-1)", "Page up", show=False),
-        Binding("pagedown", "page(1)", "Page down", show=False),
-        Binding("home", "jump(0)", "First", show=False),
         Binding("end", "follow", "Follow"),
         Binding("left", "scroll_left", "Left", show=False),
         Binding("right", "scroll_right", "Right", show=False),
@@ -71,7 +67,6 @@ class EventTable(ScrollView, can_focus=True):
     def __init__(self, store: EventStore, **kwargs) -> None:
         super().__init__(**kwargs)
         self.store = store
-        self.cursor = 0
         self.following = True
         self.absolute_time = False
         self.base_time: float | None = None  # relative times count from the first event seen
@@ -87,10 +82,8 @@ class EventTable(ScrollView, can_focus=True):
             first = self.store.view_row(0)
             self.base_time = first.ts if first else None
         self._fit_virtual_size()
-        if self.following:
-            self._set_cursor(count - 1, scroll=True)
-        elif self.cursor >= count:
-            self._set_cursor(count - 1, scroll=True)
+        if self.following or self.cursor >= count:
+            self.move_cursor(count - 1)
         self.refresh()
 
     @property
@@ -178,21 +171,12 @@ class EventTable(ScrollView, can_focus=True):
 
     # --- cursor and follow --------------------------------------------------------------------
 
-    def _set_cursor(self, index: int, scroll: bool) -> None:
-        count = self.store.view_len()
-        index = max(0, min(index, count - 1))
-        changed = index != self.cursor
-        self.cursor = index
-        if scroll:
-            height = max(1, self.scrollable_content_region.height - 1)
-            top = int(self.scroll_offset.y)
-            if index < top:
-                self.scroll_to(y=index, animate=False, immediate=True)
-            elif index >= top + height:
-                self.scroll_to(y=index - height + 1, animate=False, immediate=True)
-        if changed or not count:
+    def row_count(self) -> int:
+        return self.store.view_len()
+
+    def cursor_moved(self, previous: int) -> None:
+        if self.cursor != previous or not self.row_count():
             self.post_message(self.Highlighted(self.current))
-        self.refresh()
 
     def _follow(self, following: bool) -> None:
         if following != self.following:
@@ -200,21 +184,17 @@ class EventTable(ScrollView, can_focus=True):
             self.post_message(self.FollowChanged(following))
 
     def action_move(self, delta: int) -> None:
-        count = self.store.view_len()
-        target = self.cursor + delta
-        self._follow(target >= count - 1)
-        self._set_cursor(target, scroll=True)
-
-    def action_page(self, direction: int) -> None:
-        self.action_move(direction * max(1, self.scrollable_content_region.height - 2))
+        """Moving onto the newest row follows again; any other move stops following."""
+        self._follow(self.cursor + delta >= self.row_count() - 1)
+        super().action_move(delta)
 
     def action_jump(self, index: int) -> None:
         self._follow(False)
-        self._set_cursor(index, scroll=True)
+        super().action_jump(index)
 
     def action_follow(self) -> None:
         self._follow(True)
-        self._set_cursor(self.store.view_len() - 1, scroll=True)
+        self.move_cursor(self.row_count() - 1)
 
     def action_toggle_time(self) -> None:
         self.absolute_time = not self.absolute_time

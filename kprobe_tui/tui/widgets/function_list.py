@@ -6,15 +6,14 @@ from typing import Callable
 
 from rich.segment import Segment
 from rich.style import Style
-from textual import events
 from textual.binding import Binding
 from textual.geometry import Size
 from textual.message import Message
-from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from kprobe_tui.kernel.catalog import Status
 from kprobe_tui.matching import Matcher
+from kprobe_tui.tui.widgets.cursor_view import CursorView
 
 STATUS_GLYPH = {
     Status.FTRACE: "●",
@@ -27,7 +26,7 @@ STATUS_GLYPH = {
 }
 
 
-class FunctionList(ScrollView, can_focus=True):
+class FunctionList(CursorView):
     """Rows are names; the owner supplies each name's status and module through callbacks."""
 
     COMPONENT_CLASSES = {
@@ -36,15 +35,7 @@ class FunctionList(ScrollView, can_focus=True):
         "function-list--module",
         *(f"function-list--{status.value}" for status in Status),
     }
-    BINDINGS = [
-        Binding("up,k", "move(-1)", "Up", show=False),
-        Binding("down,j", "move(1)", "Down", show=False),
-        Binding("pageup", "page(-1)", "Page up", show=False),
-        Binding("pagedown", "page(1)", "Page down", show=False),
-        Binding("home", "jump(0)", "First", show=False),
-        Binding("end", "jump(-1)", "Last", show=False),
-        Binding("enter", "select", "Open source"),
-    ]
+    BINDINGS = [Binding("end", "jump(-1)", "Last", show=False), Binding("enter", "select", "Open source")]
 
     class Highlighted(Message):
         """The cursor is on a new function (or on none: ``name`` is None)."""
@@ -66,7 +57,6 @@ class FunctionList(ScrollView, can_focus=True):
         self._module_of = module_of
         self.rows: list[str] = []
         self.matcher: Matcher | None = None
-        self.cursor = 0
 
     def set_rows(self, rows: list[str], matcher: Matcher | None) -> None:
         """Show a new result, keeping the cursor on the same name when it is still there."""
@@ -75,15 +65,14 @@ class FunctionList(ScrollView, can_focus=True):
         self.matcher = matcher
         widest = max((len(name) for name in rows[:2000]), default=0) + 24
         self.virtual_size = Size(widest, len(rows))
-        self.cursor = 0
+        index = 0
         if current is not None and rows and len(rows) < 50000:
             try:
-                self.cursor = rows.index(current)
+                index = rows.index(current)
             except ValueError:
                 pass
-        self._show_cursor()
-        self.refresh()
-        self.post_message(self.Highlighted(self.current))
+        self.cursor = -1  # a new result: always announce the row under the cursor
+        self.move_cursor(index)
 
     @property
     def current(self) -> str | None:
@@ -126,46 +115,15 @@ class FunctionList(ScrollView, can_focus=True):
 
     # --- cursor -------------------------------------------------------------------------------
 
-    def _move_to(self, index: int) -> None:
-        if not self.rows:
-            return
-        index = max(0, min(index, len(self.rows) - 1))
-        if index == self.cursor:
-            return
-        previous = self.cursor
-        self.cursor = index
-        self._show_cursor()
-        self.refresh_line(previous)
-        self.refresh_line(index)
-        self.post_message(self.Highlighted(self.current))
+    def row_count(self) -> int:
+        return len(self.rows)
 
-    def _show_cursor(self) -> None:
-        top = int(self.scroll_offset.y)
-        height = max(1, self.scrollable_content_region.height)
-        if self.cursor < top:
-            self.scroll_to(y=self.cursor, animate=False, immediate=True)
-        elif self.cursor >= top + height:
-            self.scroll_to(y=self.cursor - height + 1, animate=False, immediate=True)
-
-    def action_move(self, delta: int) -> None:
-        self._move_to(self.cursor + delta)
-
-    def action_page(self, direction: int) -> None:
-        self._move_to(self.cursor + direction * max(1, self.scrollable_content_region.height - 1))
-
-    def action_jump(self, index: int) -> None:
-        self._move_to(index if index >= 0 else len(self.rows) - 1)
+    def cursor_moved(self, previous: int) -> None:
+        if self.cursor != previous:
+            self.post_message(self.Highlighted(self.current))
 
     def action_select(self) -> None:
         if self.current is not None:
             self.post_message(self.Selected(self.current))
 
-    def on_click(self, event: events.Click) -> None:
-        offset = event.get_content_offset(self)  # None on the border or the scrollbar
-        if offset is None:
-            return
-        index = int(self.scroll_offset.y) + offset.y
-        if 0 <= index < len(self.rows):
-            self._move_to(index)
-            if event.chain >= 2:
-                self.action_select()
+    row_chosen = action_select
