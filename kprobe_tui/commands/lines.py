@@ -14,6 +14,16 @@ def add_debuginfo_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-s", "--source", dest="source_dir", metavar="DIR", help="prefix for source file paths")
 
 
+def open_target(args: argparse.Namespace):
+    """The debug info -x/-k/-s name (or the running kernel's), telling on stderr where it was found."""
+    from kprobe_tui.debuginfo.scope import open_debuginfo  # pyelftools: only for the commands that need it
+
+    info = open_debuginfo(binary=args.binary, vmlinux=args.vmlinux, source_dir=args.source_dir)
+    if info.located.note:
+        print(f"kprobe-tui: note: {info.located.note}", file=sys.stderr)
+    return info
+
+
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "lines", help="probeable source lines of a function (as perf probe -L)",
@@ -27,12 +37,9 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     # imported here: pyelftools costs every other subcommand's start-up ~30 ms otherwise
     from kprobe_tui.debuginfo.lines import LineSpec, find_line_range, render
-    from kprobe_tui.debuginfo.scope import open_debuginfo
 
     spec = LineSpec.parse(args.spec)
-    info = open_debuginfo(binary=args.binary, vmlinux=args.vmlinux, source_dir=args.source_dir)
-    if info.located.note:
-        print(f"kprobe-tui: note: {info.located.note}", file=sys.stderr)
+    info = open_target(args)
     text, note = render(info, find_line_range(info, spec))
     sys.stdout.buffer.write(text.encode("utf-8", errors="surrogateescape"))
     sys.stdout.flush()

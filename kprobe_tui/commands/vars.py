@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kprobe_tui.commands.lines import add_debuginfo_options
+from kprobe_tui.commands.lines import add_debuginfo_options, open_target
 from kprobe_tui.errors import UserError
 
 
@@ -29,12 +29,10 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     # imported here: pyelftools costs every other subcommand's start-up ~30 ms otherwise
     from kprobe_tui.debuginfo.describe import format_points
-    from kprobe_tui.debuginfo.scope import ProbeSpec, open_debuginfo
+    from kprobe_tui.debuginfo.scope import ProbeSpec
 
     spec = ProbeSpec.parse(args.spec)
-    info = open_debuginfo(binary=args.binary, vmlinux=args.vmlinux, source_dir=args.source_dir)
-    if info.located.note:
-        print(f"kprobe-tui: note: {info.located.note}", file=sys.stderr)
+    info = open_target(args)
     points = info.probe_points(spec, externs=args.externs)
     if not points:
         raise UserError(f"Failed to find the address of {spec}",
