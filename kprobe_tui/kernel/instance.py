@@ -58,7 +58,8 @@ class Instance:
         self.events = Events(top)
         self.enabled: list[tuple[str, str]] = []
         self.filtered: set[tuple[str, str]] = set()
-        self.defined_filters: dict[tuple[str, str], str] = {}  # top-level filters, kept in here too
+        self.base_filters: dict[tuple[str, str], str] = {}  # the probe's own filter and ours, always applied
+        self.excluded_threads: list[int] = []
         self._undo_token: int | None = None
 
     @property
@@ -90,33 +91,49 @@ class Instance:
             raise UserError(f"this kernel has no trace option {option!r}")
         self.tracefs.write(f"options/{option}", "1" if on else "0", append=False)
 
-    def enable(self, group: str, event: str) -> None:
-        """Record ``group/event`` into this instance only, under the filter the probe was defined with.
+    def exclude_threads(self, tids: list[int]) -> None:
+        """Never record events caused by these threads (ours: the golden rule of tracing).
 
-        An instance has its own event filters, so the one set at the top level when the probe was
-        made (the feedback guard's ``common_pid != <ours>``, the user's filter) is copied in first:
-        no event slips through between enabling and filtering.
+        Call before ``enable``. Kernel filters see the thread id (``common_pid``), not the process,
+        so each thread is named; the reader thread must be running already.
         """
-        defined = self.top.read(f"events/{group}/{event}/filter").strip() if self.event_exists(group, event) else ""
-        if defined and defined != "none":
-            self.defined_filters[(group, event)] = defined
+        self.excluded_threads = sorted(set(tids))
+
+    def base_filter(self, group: str, event: str) -> str:
+        """The filter always applied to ``group/event`` here: the one it was defined with, and ours.
+
+        An instance has its own event filters, so the top-level one (the feedback guard's
+        ``common_pid != <pid>``, the user's filter) is copied in, with our threads excluded.
+        """
+        if (group, event) not in self.base_filters:
+            defined = self.top.read(f"events/{group}/{event}/filter").strip() if self.event_exists(group, event) else ""
+            defined = "" if defined == "none" else defined
+            parts = [f"common_pid != {tid}" for tid in self.excluded_threads if f"common_pid != {tid}" not in defined]
+            if defined:
+                parts.insert(0, f"({defined})" if parts else defined)
+            self.base_filters[(group, event)] = " && ".join(parts)
+        return self.base_filters[(group, event)]
+
+    def enable(self, group: str, event: str) -> None:
+        """Record ``group/event`` into this instance only, filtered before the first event."""
+        if (group, event) not in self.filtered and self.base_filter(group, event):
             self.set_filter(group, event, "")
         self.events.enable(group, event, where=self.tracefs)
         if (group, event) not in self.enabled:
             self.enabled.append((group, event))
 
     def set_filter(self, group: str, event: str, expression: str) -> None:
-        """Kernel-side filter of ``group/event`` inside this instance, on top of its defined filter
+        """Kernel-side filter of ``group/event`` inside this instance, on top of its base filter
         (KernelRefused with caret on error)."""
-        defined = self.defined_filters.get((group, event))
-        if defined and expression:
-            expression = f"({defined}) && ({expression})"
-        self.events.set_filter(group, event, expression or defined, where=self.tracefs)
+        base = self.base_filter(group, event)
+        if base and expression:
+            expression = f"{base} && ({expression})"
+        self.events.set_filter(group, event, expression or base, where=self.tracefs)
         self.filtered.add((group, event))
 
     def clear_filter(self, group: str, event: str) -> None:
-        """Back to the filter the probe was defined with (or none)."""
-        if (group, event) in self.defined_filters:
+        """Back to the base filter (or none)."""
+        if self.base_filter(group, event):
             self.set_filter(group, event, "")
         elif (group, event) in self.filtered:
             self.events.clear_filter(group, event, where=self.tracefs)

@@ -6,6 +6,7 @@ the kernel is removed by ``stop()``, or by ``lifetime.undo`` when the run ends a
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -61,14 +62,17 @@ class TailSession:
             filterexpr.parse(filter_text)  # a bad filter fails before anything is made
         self.instance.create(self.buffer_kb, {"record-tgid": True, "stacktrace": self.stacktrace})
         try:
-            if filter_text:
-                self.set_filter(filter_text)
-            for group, event in self.targets:
-                self.instance.enable(group, event)
             self.reader = StreamReader(self.instance, self.store, on_update, interval, on_events)
             # Undo runs newest first: the reader lets go of trace_pipe before the instance is removed.
             self._reader_undo = lifetime.undo.push("trace_pipe reader", self.reader.stop)
             self.reader.start()
+            # The reader's own reads and stats polls must not come back as events: exclude every
+            # thread we have, the reader's included, before anything is enabled.
+            self.instance.exclude_threads([int(tid) for tid in os.listdir("/proc/self/task")])
+            if filter_text:
+                self.set_filter(filter_text)
+            for group, event in self.targets:
+                self.instance.enable(group, event)
         except BaseException:
             self.instance.remove()
             raise

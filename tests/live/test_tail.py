@@ -93,8 +93,8 @@ def test_json_events_carry_what_the_program_printed(probed, tracefs_root):
     # a single-threaded program: tgid is the pid (or unknown "-----" before the kernel saved it)
     assert {r["tgid"] for r in records} <= {None, records[0]["pid"]}, [r["tgid"] for r in records]
     # The kernel prints the comm it last saved for the pid (saved_cmdlines): right after the
-    # exec the first events may still carry the forking python's name.
-    assert records[-1]["comm"] == "tail_values"
+    # exec the first events may still carry the forking python's name, and "<...>" when the pid
+    # fell out of that cache (seen when the machine is busy). $comm captures it exactly.
     assert {r["comm"] for r in records} <= {"tail_values", "<...>", Path(sys.executable).name[:15], "python"}
     assert not (tracefs_root / f"instances/kptui_{child.pid}").exists()
 
@@ -103,9 +103,12 @@ def test_filter_is_pushed_to_the_kernel_and_applied(probed, tracefs_root):
     top, binary = probed
     child = start_tail(tracefs_root, "--filter", 'n >= 102 && s ~ "*a*"', "--duration", "3")
     kernel_filter = (tracefs_root / f"instances/kptui_{child.pid}/events/{GROUP}/hit/filter").read_text().strip()
+    own_threads = sorted(int(tid) for tid in os.listdir(f"/proc/{child.pid}/task"))  # main and reader
     printed = [row for row in expected(binary, 8) if row["n"] >= 102 and "a" in row["s"]]
     out, err = child.communicate(timeout=30)
-    assert kernel_filter == '(n >= 102 && s ~ "*a*")'
+    # tail's own threads never record (its reads of trace_pipe would otherwise come back as events)
+    assert len(own_threads) >= 2
+    assert kernel_filter == " && ".join(f"common_pid != {tid}" for tid in own_threads) + ' && ((n >= 102 && s ~ "*a*"))'
     assert f"filter kernel: {GROUP}/hit" in err
     assert [line.split(" n=")[1].split(" ")[0] for line in out.splitlines()] == [str(r["n"]) for r in printed]
     assert len(printed) == 4  # 102 (delta), 104 (alpha), 105 (beta gamma), 106 (delta)

@@ -150,7 +150,10 @@ async def test_create_makes_a_run_scoped_uprobe_that_fires_and_goes_with_the_run
             assert isinstance(events_screen, EventsScreen)
             instance_dir = f"instances/{group}/events/{group}/work"
             assert top.read(f"{instance_dir}/enable").strip() == "1"
-            assert top.read(f"{instance_dir}/filter").strip() == f"common_pid != {os.getpid()}"
+            others = [tid for tid in events_screen.session.instance.excluded_threads if tid != os.getpid()]
+            assert events_screen.session.reader.native_id in others
+            assert top.read(f"{instance_dir}/filter").strip() == " && ".join(
+                [f"(common_pid != {os.getpid()})"] + [f"common_pid != {tid}" for tid in others])
             subprocess.run([str(prog), "3"], check=True, capture_output=True)
             for _ in range(100):
                 if len(events_screen.store) >= 3:

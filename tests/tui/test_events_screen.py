@@ -70,7 +70,10 @@ async def test_follow_filter_detail_and_pause(probed, tracefs_root, tmp_path):  
         assert [ev.args["n"] for ev in store.view_rows(0, 99)] == [104, 105, 106, 104, 105, 106]
         assert "kernel: kptailtest/hit" in str(screen.query_one("#filter-side").render())
         instance = tracefs_root / f"instances/{screen.session.instance.name}"
-        assert (instance / f"events/{GROUP}/hit/filter").read_text().strip() == '(n >= 104 && s ~ "*a*")'
+        excluded = screen.session.instance.excluded_threads
+        assert screen.session.reader.native_id in excluded  # the reader never records itself
+        own = " && ".join(f"common_pid != {tid}" for tid in excluded)
+        assert (instance / f"events/{GROUP}/hit/filter").read_text().strip() == own + ' && ((n >= 104 && s ~ "*a*"))'
 
         await pilot.press("slash", "ctrl+a", "ctrl+k", *"n >> 3", "enter")
         error = str(screen.query_one("#filter-error").render())
