@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
+import pytest
+
 from kprobe_tui.stream.parser import FAULT, Hex, LineParser, typed
 from tests.conftest import FIXTURES
 
@@ -43,7 +47,34 @@ def test_stack_traces_attach_to_their_event_and_strings_may_hold_newlines():
     assert parser.counts.continued == 1
 
 
+@pytest.mark.parametrize("kernel", ["6.1", "6.12"])
+def test_real_kprobe_and_kretprobe_lines_from_the_qemu_guests(kernel):
+    """Captured by capture_kprobes.sh in Debian's kernels: entry and return sites, negative ints,
+    strings, hex, u8 arrays, $comm, record-tgid."""
+    parser, events = parse_file(f"kprobe_{kernel}.txt")
+    raw = (LINES / f"kprobe_{kernel}.txt").read_text().splitlines()
+    assert len(events) == len(raw) and parser.counts.garbled == 0
+    assert {e.event for e in events} == {"open", "open_ret", "bytes"}
+    for line, event in zip(raw, events):
+        assert line.split("-", 1)[0].strip() == event.comm and f"-{event.pid} " in line
+        assert event.tgid == event.pid  # single-threaded sh and cat
+        if event.event == "open":
+            assert event.site.startswith("do_sys_openat2+0x0/") and event.args["dfd"] == -100
+            fname = event.args["fname"]  # :string on a user pointer: 6.12 faults where 6.1 read it
+            assert ("fname=(fault)" if fname is FAULT else f'fname="{fname}"') in line
+            assert event.args["comm"] == event.comm
+            assert isinstance(event.args["flags"], Hex)
+        elif event.event == "open_ret":
+            assert event.site.endswith(" <- do_sys_openat2") and isinstance(event.args["ret"], int)
+        else:
+            # 6.12 reports vfs_read+0x4: the probe sits after the endbr64 landing pad
+            assert re.fullmatch(r"vfs_read\+0x[04]/0x[0-9a-f]+", event.site) and len(event.args["first"]) == 4
+    missing = [e for e in events if e.event == "open_ret" and e.args["ret"] == -2]
+    assert missing, "the capture opens /nonexistent/file: its return is -ENOENT"
+
+
 def test_kprobe_layouts_without_flags_and_unknown_comm():
+    """Older kernels' layout (no flags column, 4-character flags), written by hand from the documented format."""
     _, events = parse_file("kprobe_format.txt")
     assert [(e.comm, e.pid, e.flags) for e in events] == [
         ("cat", 4121, "d..."), ("<...>", 4122, "d..."), ("kworker/u4:2", 88, ""), ("flush-253:0", 409, "")]
