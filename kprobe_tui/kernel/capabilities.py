@@ -79,6 +79,14 @@ _README_FEATURES = [
 _OUTSIDE_TRACEFS = {"kallsyms", "kallsyms_addresses", "btf", "blacklist", "write"}
 
 
+README_MARKERS = {key: marker for key, _label, marker, _present, _missing in _README_FEATURES}
+
+
+def readme_offers(readme: str, key: str) -> bool:
+    """Whether a tracefs README advertises a feature (a key of ``README_MARKERS``): the compiler asks this."""
+    return README_MARKERS[key] in readme
+
+
 def _readable(path: Path | None) -> tuple[bool, str]:
     if path is None:
         return False, "its filesystem is not mounted"
@@ -138,7 +146,7 @@ def detect(sources: KernelSources) -> Capabilities:
         except OSError:
             readme = ""
     for key, label, marker, if_present, if_missing in _README_FEATURES:
-        add(key, label, marker in readme, if_present, if_missing)
+        add(key, label, readme_offers(readme, key), if_present, if_missing)
 
     ftrace_ok, ftrace_why = _readable(tracefs / "available_filter_functions" if tracefs else None)
     add("ftrace_list", "available_filter_functions", ftrace_ok,

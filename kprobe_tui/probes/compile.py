@@ -3,7 +3,7 @@
 Kernel probes and uprobes go through the same code: only the place differs (``func+off`` vs
 ``/path:0xFILEOFFSET``) and what a fetch-arg may name (uprobes cannot take ``@symbol``, they take
 ``@+FILEOFFSET``). C-level variables are compiled from DWARF (``compile_dwarf``) or, for kernel
-entry probes without debug info, from BTF (``compile_btf``).
+entry and return probes without debug info, from BTF (``compile_btf``).
 """
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ from functools import lru_cache
 from pathlib import Path
 
 from kprobe_tui.errors import UserError
+from kprobe_tui.kernel.capabilities import readme_offers
 from kprobe_tui.probes.render import default_arg_name, default_event_name, unique_name
 from kprobe_tui.probes.spec import (
+    LOCALS_GONE,
     MAX_ARG_NAME_LEN,
     MAX_EVENT_NAME_LEN,
     MAX_TRACE_ARGS,
@@ -114,7 +116,22 @@ def uprobe_data_fetch(binary: str, data_address: int, probe_address: int) -> str
     return f"@+{data_address - text_bias}"
 
 
-def _raw_fetch(arg: ProbeArg, spec: ProbeSpec, arg_n_supported: bool, probe_address: int | None) -> str:
+def _refuse_exit_arguments(spec: ProbeSpec, token: str, return_args: bool) -> None:
+    """Arguments at function exit exist only where the kernel saved them at entry: refuse with why, or pass."""
+    entry = spec.place_text().removesuffix("%return")
+    option = f"-x {spec.binary} " if spec.is_uprobe else "--fprobe " if spec.kind == "fprobe" else ""
+    command = f"kprobe-tui probe {option}'{entry}' '{token}'"
+    if spec.is_uprobe:
+        raise UserError(f"{token!r}: uprobes cannot read arguments at function exit "
+                        "(the kernel saves entry arguments for kernel return probes only)", f"probe the entry too: {command}")
+    if not return_args:
+        raise UserError(f"{token!r}: this kernel cannot read arguments at function exit (its tracefs README "
+                        "lacks 'return probes support: $retval, $arg<N>')", f"probe the entry too: {command}")
+
+
+def _raw_fetch(
+    arg: ProbeArg, spec: ProbeSpec, arg_n_supported: bool, probe_address: int | None, return_args: bool = False
+) -> str:
     """Fetch-args that need no debug info: registers, $argN, $retval, $comm, @symbol, raw text."""
     if arg.kind == "reg":
         return f"%{arg.var}"
@@ -125,6 +142,9 @@ def _raw_fetch(arg: ProbeArg, spec: ProbeSpec, arg_n_supported: bool, probe_addr
     if arg.kind == "raw":
         return arg.text
     if arg.kind == "argN":
+        if spec.is_return:  # the value the kernel saved at entry: the entry register is clobbered by now
+            _refuse_exit_arguments(spec, str(arg), return_args)
+            return f"$arg{arg.index}"
         # uprobes refuse $argN ("only on function entry or exit": they cannot tell), kprobes need README's $arg<N>
         if arg_n_supported and not spec.is_uprobe:
             return f"$arg{arg.index}"
@@ -185,7 +205,9 @@ def event_name(spec: ProbeSpec, taken: Iterable[str], line: int | None = None) -
     return unique_name(default_event_name(spec, line), taken, MAX_EVENT_NAME_LEN)
 
 
-def compile_raw(spec: ProbeSpec, group: str, taken: Iterable[str] = (), arg_n_supported: bool = True) -> CompiledProbe:
+def compile_raw(
+    spec: ProbeSpec, group: str, taken: Iterable[str] = (), arg_n_supported: bool = True, return_args: bool = False
+) -> CompiledProbe:
     """A probe at a function entry/return/offset or address, with register-level args only."""
     if needs_debuginfo(spec):
         raise UserError(f"{spec.place_text()!r} with C variables needs debug info", "compile_dwarf or compile_btf handles it")
@@ -207,7 +229,8 @@ def compile_raw(spec: ProbeSpec, group: str, taken: Iterable[str] = (), arg_n_su
     else:
         place = f"{spec.function}+{spec.offset}" if spec.kind != "fprobe" else spec.function
     fetches = name_fetch_args(
-        (arg, default_arg_name(arg), _raw_fetch(arg, spec, arg_n_supported, address), arg.type) for arg in spec.args
+        (arg, default_arg_name(arg), _raw_fetch(arg, spec, arg_n_supported, address, return_args), arg.type)
+        for arg in spec.args
     )
     return CompiledProbe(spec, group, event_name(spec, taken), place, fetches, function, function_offset)
 
@@ -231,16 +254,18 @@ def compile_spec(
 ) -> list[CompiledProbe]:
     """Compile a spec the best way available: raw, from DWARF (-x BIN or -k VMLINUX), or from BTF.
 
-    ``readme`` is tracefs README: it says whether this kernel takes $argN and BTF argument names.
+    ``readme`` is tracefs README: it says whether this kernel takes $argN, BTF argument names, and
+    arguments on return probes.
     A line probe can compile to several probes (inlined copies), named ``ev``, ``ev_1``...
     """
     debug_file = spec.binary or vmlinux
     untyped_retval = any(a.kind == "retval" and not a.type for a in spec.args)
     typed_retval = untyped_retval and (_has_dwarf(debug_file) if debug_file else _btf_available(btf_path))
     if not needs_debuginfo(spec) and not typed_retval:
-        return [compile_raw(spec, group, taken, arg_n_supported="$arg<N>" in readme)]
+        return [compile_raw(spec, group, taken, arg_n_supported=readme_offers(readme, "arg_n"),
+                            return_args=readme_offers(readme, "return_args"))]
     if spec.is_uprobe or vmlinux:
-        return compile_dwarf(spec, group, taken, vmlinux=vmlinux)
+        return compile_dwarf(spec, group, taken, vmlinux=vmlinux, readme=readme)
     return [compile_btf(spec, group, taken, readme=readme, btf_path=btf_path)]
 
 
@@ -251,8 +276,14 @@ def _btf_available(btf_path: str | Path | None) -> bool:
 # -- DWARF ------------------------------------------------------------------------------------
 
 
-def compile_dwarf(spec: ProbeSpec, group: str, taken: Iterable[str] = (), *, vmlinux: str | None = None) -> list[CompiledProbe]:
-    """C-level args at every address the spec names (inlined copies included), from DWARF."""
+def compile_dwarf(
+    spec: ProbeSpec, group: str, taken: Iterable[str] = (), *, vmlinux: str | None = None, readme: str = ""
+) -> list[CompiledProbe]:
+    """C-level args at every address the spec names (inlined copies included), from DWARF.
+
+    On a return probe parameters are read as the entry arguments the kernel saved (``readme``
+    says whether it does); locals are gone by then.
+    """
     if spec.address is not None:
         raise UserError(f"{spec.place_text()!r}: C variables at a raw address are not compiled", "probe FUNC+OFFSET instead")
     info = _debuginfo(spec.binary, vmlinux, _mtime(spec.binary or vmlinux))
@@ -264,7 +295,7 @@ def compile_dwarf(spec: ProbeSpec, group: str, taken: Iterable[str] = (), *, vml
     for point, place in points:
         notes: list[str] = [f"inlined copy in {point.function}"] if point.is_inline else []
         point = _moved_point(info, spec, point, notes)
-        fetches = _dwarf_fetches(info, spec, point, notes)
+        fetches = _dwarf_fetches(info, spec, point, notes, readme_offers(readme, "return_args"))
         line = int(place.rsplit(":", 1)[1]) if spec.lazy is not None else None  # ;PTN: the line it matched
         name = event_name(spec, taken, line)
         taken.append(name)
@@ -391,7 +422,7 @@ def _after_prologue(info, entry: int) -> int:
     return entry
 
 
-def _dwarf_fetches(info, spec: ProbeSpec, point, notes: list[str]) -> tuple[FetchArg, ...]:
+def _dwarf_fetches(info, spec: ProbeSpec, point, notes: list[str], return_args: bool) -> tuple[FetchArg, ...]:
     from kprobe_tui.probes import locations as loc
 
     absolute = _absolute_fetch(info, spec, point.address)
@@ -399,9 +430,23 @@ def _dwarf_fetches(info, spec: ProbeSpec, point, notes: list[str]) -> tuple[Fetc
     for arg in spec.args:
         if arg.kind == "var":
             variable = _find_variable(point, arg.var, spec)
-            fetch, type_, more = _variable_fetch(info, spec, point, variable, arg, absolute)
+            if spec.is_return and not variable.is_external:
+                fetch, type_, more = _exit_fetch(info, spec, point, variable, arg, str(arg), absolute, return_args)
+            else:
+                fetch, type_, more = _variable_fetch(info, spec, point, variable, arg, absolute)
             notes += more
             pairs.append((arg, default_arg_name(arg), fetch, type_))
+        elif arg.kind == "params" and spec.is_return:
+            _refuse_exit_arguments(spec, str(arg), return_args)
+            for variable in _parameters(point):
+                path_arg = ProbeArg(variable.name, "var", var=variable.name)
+                try:
+                    fetch, type_, more = _exit_fetch(info, spec, point, variable, path_arg, str(arg), absolute, return_args)
+                except loc.NotExpressible as exc:
+                    notes.append(f"{arg.text}: skipped {exc.message}")
+                    continue
+                notes += more
+                pairs.append((None, variable.name, fetch, type_))
         elif arg.kind in ("params", "vars"):
             chosen = _scope_variables(point, params_only=arg.kind == "params")
             for variable in chosen:
@@ -416,8 +461,40 @@ def _dwarf_fetches(info, spec: ProbeSpec, point, notes: list[str]) -> tuple[Fetc
         elif arg.kind == "retval" and not arg.type:
             pairs.append((arg, "retval", "$retval", _return_type(info, spec)))
         else:
-            pairs.append((arg, default_arg_name(arg), _raw_fetch(arg, spec, False, point.address), arg.type))
+            fetch = _raw_fetch(arg, spec, False, point.address, return_args)
+            pairs.append((arg, default_arg_name(arg), fetch, arg.type))
     return name_fetch_args(pairs)
+
+
+def _parameters(point) -> list:
+    """The probed function's own parameters, in declaration order (the order ``$argN`` counts)."""
+    return [v for v in point.variables if v.is_param and v.die is not None and v.die.get_parent().tag == "DW_TAG_subprogram"]
+
+
+def _exit_fetch(info, spec: ProbeSpec, point, variable, arg: ProbeArg, token: str, absolute, return_args: bool):
+    """A parameter on a return probe: read from the entry argument the kernel saved, never its entry register."""
+    from kprobe_tui.probes import locations as loc
+
+    if not variable.is_param:
+        raise UserError(f"{token!r}: {LOCALS_GONE}", "capture parameters, globals or $retval, or probe the entry")
+    _refuse_exit_arguments(spec, token, return_args)
+    if variable.const_value is not None and variable.location is None:
+        return _variable_fetch(info, spec, point, variable, arg, absolute)  # a constant at entry and exit alike
+    parameters = _parameters(point)
+    position = next((n for n, parameter in enumerate(parameters, 1) if parameter is variable), None)
+    if position is None:
+        raise UserError(f"{token!r}: {variable.name} is a parameter of a function inlined here, not of {point.function}",
+                        "probe the entry of the inlined code")
+    if "." in point.function:
+        raise UserError(f"{token!r}: {point.function} is a compiler-made copy whose calling convention may drop or "
+                        "reorder parameters", f"probe the entry: {spec.function} {token}")
+    for earlier in parameters[: position - 1]:
+        if loc.size_of(earlier.type_die) > 8:
+            raise UserError(f"{token!r}: {earlier.name} ({loc.type_name(earlier.type_die)}) is passed by value ahead of it, "
+                            f"so $arg{position} is not {variable.name}", "probe the entry instead")
+    saved = loc.Located(value=f"$arg{position}")  # what the kernel saved at entry: the register is clobbered by now
+    obj = loc.walk(loc.Object(variable.type_die, saved), arg.path, variable.name, absolute)
+    return loc.object_fetch(obj, arg.text, arg.type, absolute)
 
 
 def _scope_variables(point, params_only: bool) -> list:
@@ -543,28 +620,34 @@ def _data_symbol_containing(path: str, address: int) -> tuple[str, int]:
 def compile_btf(
     spec: ProbeSpec, group: str, taken: Iterable[str] = (), *, readme: str = "", btf_path: str | Path | None = None
 ) -> CompiledProbe:
-    """Kernel entry probes by parameter name with no DWARF: BTF names the parameters and lays out structs.
+    """Kernel entry and return probes by parameter name with no DWARF: BTF names the parameters and lays out structs.
 
     Kernels whose README advertises ``<argname>`` (>= 6.5) resolve names and ``->`` chains
     themselves, so those are passed through; otherwise (and for ``.``/``[N]``) parameter N is
-    the calling-convention register and members are offsets from our BTF reader.
+    the calling-convention register (``$argN`` at function exit, saved by the kernel at entry)
+    and members are offsets from our BTF reader.
     """
     from kprobe_tui.kernel.btf import Btf
 
     if spec.kind not in ("entry", "return", "fprobe") or spec.source:
-        raise UserError(f"{spec.place_text()!r}: without DWARF only function-entry parameters can be named",
+        raise UserError(f"{spec.place_text()!r}: without DWARF only parameters at function entry or exit can be named",
                         "give the kernel's debug info: -k /usr/lib/debug/boot/vmlinux-$(uname -r)")
     btf = Btf.load(Path(btf_path or "/sys/kernel/btf/vmlinux"))
     if not btf.has_function(spec.function):
         raise UserError(f"{spec.function!r}: not in the kernel's BTF (inlined, or in a module without BTF)",
                         "probe it with registers ($argN, %di) or give -k VMLINUX")
     params = [p for p in btf.params(spec.function) if p.name != "..."]
-    kernel_names = "<argname>" in readme
+    kernel_names = readme_offers(readme, "btf_args")
+    at_exit = spec.is_return
+    if at_exit:
+        asked = next((arg for arg in spec.args if arg.kind in ("params", "var")), None)
+        if asked is not None:
+            _refuse_exit_arguments(spec, str(asked), readme_offers(readme, "return_args"))
     pairs: list[tuple[ProbeArg | None, str, str, str | None]] = []
     for arg in spec.args:
         if arg.kind == "params":
             for index, param in enumerate(params):
-                fetch, type_ = _btf_fetch(btf, params, index, (), param.name, None, kernel_names)
+                fetch, type_ = _btf_fetch(btf, params, index, (), param.name, None, kernel_names, at_exit)
                 pairs.append((None, param.name, fetch, type_))
         elif arg.kind == "vars":
             raise UserError("$vars: locals need DWARF", "use $params, or give -k VMLINUX")
@@ -575,21 +658,28 @@ def compile_btf(
             if index is None:
                 raise UserError(f"{arg.var!r}: not a parameter of {btf.prototype(spec.function)}",
                                 "without DWARF only parameters can be named; locals need -k VMLINUX")
-            fetch, type_ = _btf_fetch(btf, params, index, arg.path, arg.text, arg.type, kernel_names)
+            fetch, type_ = _btf_fetch(btf, params, index, arg.path, arg.text, arg.type, kernel_names, at_exit)
             pairs.append((arg, default_arg_name(arg), fetch, type_))
         else:
-            pairs.append((arg, default_arg_name(arg), _raw_fetch(arg, spec, "$arg<N>" in readme, None), arg.type))
+            fetch = _raw_fetch(arg, spec, readme_offers(readme, "arg_n"), None, readme_offers(readme, "return_args"))
+            pairs.append((arg, default_arg_name(arg), fetch, arg.type))
     place = spec.function if spec.kind == "fprobe" else f"{spec.function}+0"
     return CompiledProbe(spec, group, event_name(spec, taken), place, name_fetch_args(pairs), spec.function, 0)
 
 
-def _btf_fetch(btf, params, index: int, path, what: str, wanted: str | None, kernel_names: bool) -> tuple[str, str | None]:
-    """(fetch, type) for parameter ``index`` followed by an access path."""
+def _btf_fetch(
+    btf, params, index: int, path, what: str, wanted: str | None, kernel_names: bool, at_exit: bool
+) -> tuple[str, str | None]:
+    """(fetch, type) for parameter ``index`` followed by an access path; ``at_exit``: on a return probe."""
     if kernel_names and all(step.op == "->" for step in path):
         return what, wanted  # the kernel resolves names, -> chains and their types from BTF itself
-    if index >= len(ARG_REGISTERS):
+    if at_exit:
+        value = f"$arg{index + 1}"  # saved by the kernel at entry: the register is clobbered by now
+    elif index >= len(ARG_REGISTERS):
         raise UserError(f"{what}: parameter {index + 1} is passed on the stack", "read it with $stackN")
-    value, type_id = f"%{ARG_REGISTERS[index]}", params[index].type_id
+    else:
+        value = f"%{ARG_REGISTERS[index]}"
+    type_id = params[index].type_id
     address: tuple[str, int] | None = None  # the object is in memory at value+offset (else in `value`)
     bits: tuple[int, int] | None = None
     done = params[index].name

@@ -21,6 +21,8 @@ MAX_TRACE_ARGS = 128
 
 DEFAULT_PERSISTENT_GROUP = "kprobe_tui"
 
+LOCALS_GONE = "local variables are gone when the function returns"
+
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _INT_TYPE = re.compile(r"^[sux](8|16|32|64)$")
 _BITFIELD_TYPE = re.compile(r"^b(\d+)@(\d+)/(8|16|32|64)$")
@@ -239,9 +241,11 @@ def parse_spec(
     args = tuple(parse_arg(word) for word in arg_words)
     if len(args) > MAX_TRACE_ARGS:
         raise UserError(f"{len(args)} arguments: the kernel takes at most {MAX_TRACE_ARGS}", "capture fewer values")
-    locals_ = [a for a in args if a.kind in ("var", "params", "vars")]
-    if spec.is_return and locals_:
-        raise _fail(str(locals_[0]), "local variables are gone when the function returns", "capture $retval, or probe the entry")
+    # Parameters (and globals) can be read at exit, where the kernel saves entry arguments; which
+    # names are locals only the debug info tells, so the compiler refuses those. $vars is locals.
+    all_locals = next((a for a in args if a.kind == "vars"), None)
+    if spec.is_return and all_locals:
+        raise _fail(str(all_locals), LOCALS_GONE, "capture $params or $retval, or probe the entry")
     if not spec.is_return and any(a.kind == "retval" for a in args):
         raise _fail("$retval", "only a return probe has a return value", f"probe {head}%return")
     return replace(spec, group=group, event=event, args=args, filter=filter or None)

@@ -48,6 +48,11 @@ def _opened(path):
     return lambda event: event["args"].get("fname") == str(path)
 
 
+def _opened_here(path):
+    """The event of this test process opening ``path``."""
+    return lambda event: event["args"].get("fname") == str(path) and event["pid"] == os.getpid()
+
+
 def test_kprobe_with_register_args_reports_the_opened_file(tracefs, group, marker):
     out = _probe("open=do_sys_openat2", "dfd=%di:s32", "fname=+0(%si):ustring")
     assert f"p:{GROUP}/open do_sys_openat2+0 dfd=%di:s32 fname=+0(%si):ustring" in out
@@ -194,3 +199,38 @@ def test_tail_does_not_report_its_own_activity(tracefs, group, marker):
     # Its reader is a thread: the event's pid is the thread's, the tgid (record-tgid) the process's.
     own = [event["args"]["fname"] for event in seen if tail.proc.pid in (event["pid"], event["tgid"])]
     assert own == []
+
+
+def test_kretprobe_reads_the_opened_name_at_exit_where_the_kernel_saves_arguments(tracefs, group, marker, tmp_path):
+    """6.12 keeps entry arguments for return probes: the name opened comes back with what open returned.
+
+    6.1 does not: the same command is refused before anything reaches the kernel (reading %si at
+    exit would report whatever the function left in it).
+    """
+    words = ("open_exit=do_sys_openat2%return", "fname=filename:ustring", "ret=$retval")
+    if not IS_612:
+        result = run_cli("probe", "-g", GROUP, *words)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        assert "'fname=filename:ustring': this kernel cannot read arguments at function exit" in result.stderr
+        assert "probe the entry too: kprobe-tui probe 'do_sys_openat2' 'fname=filename:ustring'" in result.stderr
+        assert f"{GROUP}/" not in tracefs.read("kprobe_events")
+        return
+    # also as kprobe-tui compiles a member or a parameter from DWARF: memory at the saved argument
+    out = _probe(*words, "by_number=+0($arg2):ustring")
+    definition = next(line for line in tracefs.read("kprobe_events").splitlines() if f"{GROUP}/open_exit " in line)
+    assert f"{GROUP}/open_exit do_sys_openat2 fname=filename:ustring" in definition, out  # the kernel resolves the name
+    missing = tmp_path / "no-such-file"
+    tail = Tail(tracefs.root, [f"{GROUP}/open_exit"])
+    try:
+        tail.ready()
+        fd = os.open(marker, os.O_RDONLY)
+        os.close(fd)
+        opened = tail.wait_for(_opened_here(marker))[-1]
+        with pytest.raises(FileNotFoundError):
+            os.open(missing, os.O_RDONLY)
+        failed = tail.wait_for(_opened_here(missing))[-1]
+    finally:
+        tail.stop()
+    assert opened["args"]["ret"] == fd and opened["args"]["by_number"] == str(marker)
+    assert failed["args"]["ret"] == -2  # -ENOENT, with the name it was asked for
+    _delete("open_exit")

@@ -372,3 +372,39 @@ def test_computed_locations_are_refused_where_perf_truncates_them():
     assert any("newsize" in note and "cannot add" in note for note in first.notes)
     with pytest.raises(UserError, match=r"newsize: location \[breg3\(16\) deref plus_uconst\(1\) stack_value\]"):
         compile_spec(parse_spec(["list_resize:11", "newsize"], binary=str(LIBPYTHON)), "g")
+
+
+# -- return probes: what can be read at function exit ------------------------------------------
+
+
+def test_uprobes_cannot_read_arguments_at_exit_so_the_cli_refuses_them(top, tmp_path, capsys):
+    """This kernel keeps entry arguments for kernel return probes only; a uretprobe reading %di would get garbage."""
+    binary = build("basic.c", tmp_path / "basic", "-O2", "-g")
+    place = compiled(binary, "add3%return").place
+    raw = f"r:{lifetime.run_name()}/add3_exit_arg {place} a=$arg1"
+    try:
+        with pytest.raises(KernelRefused) as refused:
+            top.write("uprobe_events", raw + "\n")
+    finally:
+        if "add3_exit_arg" in top.read("uprobe_events"):  # a kernel that takes it: remove, and the test fails above
+            top.write("uprobe_events", f"-:{lifetime.run_name()}/add3_exit_arg\n")
+    assert refused.value.log is not None and "$arg" in refused.value.log.message
+    for token in ("a", "$params", "$arg1"):
+        code, out, err = run_cli("probe", "-x", str(binary), "add3%return", token, "$retval", capsys=capsys)
+        assert code == 2 and "Traceback" not in err
+        assert f"{token!r}: uprobes cannot read arguments at function exit" in err
+        assert f"probe the entry too: kprobe-tui probe -x {binary} 'add3' '{token}'" in err
+    assert "add3" not in top.read("uprobe_events")
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_globals_and_retval_at_exit_match_the_program(top, tmp_path, opt):
+    """Globals stay readable at exit (only locals are gone): inspect() has counted its call by then."""
+    binary = build("capture.c", tmp_path / "capture", opt, "-g")
+    probe = compiled(binary, "inspect%return", "total=total_calls", "$retval")
+    output, recorded = capture(top, [probe], [str(binary)])
+    [printed_inside] = printed(output, "inspect")
+    assert recorded == [("inspect__return", {
+        "total": printed_inside["total"] + 1,
+        "retval": int(re.search(r"inspect returned (-?\d+)", output)[1]),
+    })]

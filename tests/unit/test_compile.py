@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,106 @@ def test_kernel_path_reads_globals_by_symbol_from_dwarf(tmp_path):
         "p:g/inspect inspect+0 total_calls=@total_calls:s64 kind=+64(%di):b3@1/32 label=+0(%dx):string"
     )
     assert probe.control_file == "kprobe_events"
+
+
+# -- arguments on return probes ----------------------------------------------------------------
+
+SNAPSHOTS = Path(__file__).parents[1] / "fixtures" / "snapshots"
+
+
+@functools.lru_cache(maxsize=2)
+def _snapshot(name: str) -> tuple[str, str, Path]:
+    """A captured kernel: its tracefs README (6.12 saves entry arguments for return probes, 6.1 does not) and BTF."""
+    from kprobe_tui.kernel.snapshot import open_snapshot
+
+    sources = open_snapshot(SNAPSHOTS / f"{name}.tar.gz")
+    readme = (sources.tracefs / "README").read_text()
+    assert ("return probes support: $retval, $arg<N>" in readme) == (name == "debian-6.12")
+    return name, readme, sources.btf_vmlinux
+
+
+@pytest.fixture(params=["debian-6.1", "debian-6.12"])
+def kernel(request):
+    return _snapshot(request.param)
+
+
+def _compile(words, kernel, **kwargs):
+    from kprobe_tui.probes.compile import compile_spec
+
+    _, readme, btf = kernel
+    return compile_spec(parse_spec(words), "g", readme=readme, btf_path=btf, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "words, on_612",
+    [
+        # 6.12 resolves BTF names and -> chains itself, at exit too
+        (["do_sys_openat2%return", "fname=filename:ustring", "$retval"],
+         "r:g/do_sys_openat2__return do_sys_openat2+0 fname=filename:ustring retval=$retval:s64"),
+        (["do_sys_openat2%return", "$params"], "r:g/do_sys_openat2__return do_sys_openat2+0 dfd=dfd filename=filename how=how"),
+        (["vfs_read%return", "$arg2"], "r:g/vfs_read__return vfs_read+0 arg2=$arg2"),
+    ],
+)
+def test_parameters_at_exit_read_what_the_kernel_saved_at_entry(kernel, words, on_612):
+    name, _, _ = kernel
+    if name == "debian-6.12":
+        [probe] = _compile(words, kernel)
+        assert probe.definition() == on_612
+        return
+    with pytest.raises(UserError) as refused:
+        _compile(words, kernel)
+    token = next(word for word in words[1:] if word != "$retval")
+    assert refused.value.message.startswith(f"{token!r}: this kernel cannot read arguments at function exit")
+    assert refused.value.hint == f"probe the entry too: kprobe-tui probe '{words[0].removesuffix('%return')}' '{token}'"
+
+
+def test_members_at_exit_are_offsets_from_the_saved_argument_never_the_entry_register():
+    """A '.' step is compiled from BTF (the kernel resolves only -> chains): based on $arg1, not %di."""
+    kernel = _snapshot("debian-6.12")
+    btf = Btf.load(kernel[2])
+    [*_, dentry] = btf.find_member(btf.find_type("struct file"), "f_path.dentry")
+    [probe] = _compile(["vfs_read%return", "file->f_path.dentry", "count"], kernel)
+    assert probe.definition() == f"r:g/vfs_read__return vfs_read+0 dentry=+{dentry.byte_offset}($arg1):x64 count=count"
+    [entry] = _compile(["vfs_read", "file->f_path.dentry"], kernel)
+    assert entry.args[0].fetch == f"+{dentry.byte_offset}(%di)"
+
+
+def test_dwarf_parameters_at_exit_are_numbered_arguments_and_locals_are_refused(kernel, tmp_path):
+    """The DWARF path (-k VMLINUX): parameter N is $argN, members offsets from it; globals read as at entry."""
+    import subprocess
+
+    name, _, _ = kernel
+    image = tmp_path / "vmlinux-like"
+    subprocess.run(["gcc", "-O2", "-g", "-o", str(image), str(Path(__file__).parents[1] / "live" / "c" / "capture.c")], check=True)
+    words = ["inspect%return", "rec->kind", "label:string", "total_calls", "$retval"]
+    with pytest.raises(UserError, match="'sum': local variables are gone when the function returns"):
+        _compile(["accumulate%return", "sum"], kernel, vmlinux=str(image))
+    [globals_only] = _compile(["inspect%return", "total_calls", "$retval"], kernel, vmlinux=str(image))
+    assert globals_only.definition() == "r:g/inspect__return inspect+0 total_calls=@total_calls:s64 retval=$retval:s32"
+    if name == "debian-6.1":
+        with pytest.raises(UserError, match="'rec->kind': this kernel cannot read arguments at function exit"):
+            _compile(words, kernel, vmlinux=str(image))
+        return
+    [probe] = _compile(words, kernel, vmlinux=str(image))
+    assert probe.definition() == (
+        "r:g/inspect__return inspect+0 kind=+64($arg1):b3@1/32 label=+0($arg3):string total_calls=@total_calls:s64"
+        " retval=$retval:s32"
+    )
+    [params] = _compile(["inspect%return", "$params"], kernel, vmlinux=str(image))
+    assert [a.render() for a in params.args] == ["rec=$arg1:x64", "scale=$arg2:s32", "label=$arg3:x64"]
+
+
+def test_uprobes_refuse_parameters_at_exit_instead_of_reading_clobbered_registers(tmp_path):
+    """uprobes have no saved entry arguments (the kernel refuses $argN there): %di at exit would be garbage."""
+    import subprocess
+
+    from kprobe_tui.probes.compile import compile_spec
+
+    readme = "kernel return probes support: $retval, $arg<N>, $comm"  # about kernel probes only
+    binary = tmp_path / "capture"
+    subprocess.run(["gcc", "-O2", "-g", "-o", str(binary), str(Path(__file__).parents[1] / "live" / "c" / "capture.c")], check=True)
+    for token in ("rec->id", "$params", "$arg2"):
+        with pytest.raises(UserError) as refused:
+            compile_spec(parse_spec(["inspect%return", token], binary=str(binary)), "g", readme=readme)
+        assert refused.value.message.startswith(f"{token!r}: uprobes cannot read arguments at function exit")
+        assert refused.value.hint == f"probe the entry too: kprobe-tui probe -x {binary} 'inspect' '{token}'"

@@ -85,7 +85,7 @@ def test_kernel_types_accepted(type_):
         (["e" * 65 + "=f"], "e" * 65),
         (["1grp:ev=f"], "1grp"),
         (["f", "$retval"], "$retval"),
-        (["f%return", "local"], "local"),
+        (["f%return", "$vars"], "$vars"),
         (["f:3+4"], "f:3+4"),
         (["f%return;x"], "f%return;x"),
         (["prog.c"], "prog.c"),
@@ -109,3 +109,12 @@ def test_fprobe_only_on_kernel_entry_or_exit():
     assert spec.kind == "fprobe" and spec.is_return and spec.place_text() == "vfs_read%return"
     with pytest.raises(UserError, match="fprobes"):
         parse_spec(["vfs_read:3"], fprobe=True)
+
+
+def test_return_probes_take_parameters_and_leave_locals_to_the_compiler():
+    """Kernels that save entry arguments let a return probe read parameters; which names are locals only DWARF knows."""
+    spec = parse_spec(["do_sys_openat2%return", "fname=filename:ustring", "$params", "how->flags", "$retval"])
+    assert spec.is_return and [a.kind for a in spec.args] == ["var", "params", "var", "retval"]
+    with pytest.raises(UserError, match="local variables are gone when the function returns") as refused:
+        parse_spec(["f%return", "$vars"])
+    assert "$params" in refused.value.hint
