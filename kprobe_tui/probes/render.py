@@ -102,8 +102,8 @@ def _bpftrace_expr(arg: ProbeArg, spec: ProbeSpec) -> str | None:
     if arg.kind == "symbol":
         address = f'{"uaddr" if spec.is_uprobe else "kaddr"}("{arg.var}")'
         return f"*{address}" if not arg.index else f"*({address} + {arg.index})"
-    if arg.kind == "var" and spec.kind in ("entry", "fprobe"):
-        return f"args.{arg.text}"  # params only: bpftrace has no locals
+    if arg.kind == "var" and (spec.kind in ("entry", "fprobe") or (spec.is_return and not spec.is_uprobe)):
+        return f"args.{arg.text}"  # params only (fentry, and fexit too): bpftrace has no locals
     return None
 
 

@@ -63,3 +63,12 @@ def _default(arg):
 def test_perf_command_for_uprobes_quotes_for_the_shell():
     spec = parse_spec(["main;x = *", "x"], binary="/opt/my prog")
     assert perf_command(spec) == "perf probe -x '/opt/my prog' -a 'main;x = *' x"
+
+
+def test_bpftrace_reads_parameters_at_kernel_function_exit_through_fexit():
+    spec = parse_spec(["do_sys_openat2%return", "fname=filename:ustring", "$retval"])
+    line = bpftrace_oneliner(spec)
+    assert "fexit:do_sys_openat2 " in line and "str(args.filename)" in line and "retval" in line
+    assert "cannot read" not in line
+    user = parse_spec(["work%return", "n", "$retval"], binary="/bin/true")
+    assert bpftrace_oneliner(user).endswith("# bpftrace cannot read: n")  # uretprobes have no args
