@@ -68,6 +68,15 @@ def source_function(name: str) -> str:
     return name[: clone.start()] if clone else name
 
 
+def clone_reason(name: str) -> str | None:
+    """What probing a compiler clone means, for kernel and user functions alike; None if not a clone."""
+    clone = _CLONE_SUFFIX.search(name)
+    if not clone:
+        return None
+    base = name[: clone.start()]
+    return f"compiler clone of {base}(): {_CLONE_MEANING[clone.group(1)].format(base=base)}"
+
+
 @dataclass(frozen=True)
 class Symbol:
     address: int
@@ -265,11 +274,9 @@ class Catalog:
                 f"{len(symbols)} symbols share this name ({where}); kernels since 6.7 refuse an ambiguous "
                 "name: probe one by address, or by MODULE:name when they are in different modules"
             )
-        clone = _CLONE_SUFFIX.search(name)
+        clone = clone_reason(name)
         if clone:
-            base = source_function(name)
-            meaning = _CLONE_MEANING[clone.group(1)].format(base=base)
-            return Status.CLONE, f"compiler clone of {base}(): {meaning}"
+            return Status.CLONE, clone
         in_ftrace = self._ftrace is not None and name in self._ftrace
         if in_ftrace:
             return Status.FTRACE, "in available_filter_functions: kprobes attach through ftrace (cheapest)"

@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from kprobe_tui.errors import UserError
-from kprobe_tui.kernel.catalog import _CLONE_MEANING, _CLONE_SUFFIX, Function, Status, Symbol
+from kprobe_tui.kernel.catalog import Function, Status, Symbol, clone_reason
 
 # What each Status means for a function of a user binary.
 WITH_DEBUG_INFO = Status.FTRACE  # DWARF describes it: arguments and locals by name
@@ -104,10 +104,9 @@ class BinaryCatalog:
                 "size 0 in the symbol table: an assembler label or marker, not a function body; "
                 "probe its address (0xADDR) if you know it is code"
             )
-        clone = _CLONE_SUFFIX.search(name)
+        clone = clone_reason(name)
         if clone:
-            base = name[: clone.start()]
-            return Status.CLONE, f"compiler clone of {base}(): {_CLONE_MEANING[clone.group(1)].format(base=base)}"
+            return Status.CLONE, clone
         if self._has_dwarf_at(symbol.address):
             return WITH_DEBUG_INFO, "described by DWARF: capture arguments and locals by name, and probe source lines"
         return WITHOUT_DEBUG_INFO, (
