@@ -269,7 +269,7 @@ async def bench_ui(top: Tracefs, binary: Path, calls: int) -> list[str]:
                 raise TimeoutError(f"bench_ui: {what} did not happen within {limit} s")
             await asyncio.sleep(0.001)
 
-    async with app.run_test(size=(80, 24)) as pilot:
+    async with app.run_test(size=(80, 24)):
         screen.session.instance.tracefs.write("trace_clock", "mono", append=False)
         table = screen.query_one(EventTable)
         render_line = table.render_line

@@ -339,7 +339,6 @@ class DebugInfo:
         else:
             sym = self.symbols.containing(address)
             symbol, offset = (sym.name, address - sym.address) if sym else (spec.function, 0)
-        unit = self.units.of(scope.cu)
         point = ProbePoint(
             address=address,
             file_offset=self.file_offset(address),

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from kprobe_tui.kernel.catalog import Status
 from kprobe_tui.kernel.sources import locate
 from kprobe_tui.tui.app import KprobeTui
