@@ -90,7 +90,7 @@ class FunctionsScreen(Screen):
         self.shown = len(rows)
         self.query_one(FunctionList).set_rows(rows, matcher if query else None)
         label = f"{matcher.mode} · {len(rows):,}/{len(self._filter.names):,}"
-        self.query_one("#filter-info", Static).update(label)
+        self.query_one("#filter-info", Static).update(label, layout=False)  # fixed size: no re-layout per key
 
     def action_cycle_mode(self) -> None:
         self.mode = MODES[(MODES.index(self.mode) + 1) % len(MODES)]
@@ -127,12 +127,13 @@ class FunctionsScreen(Screen):
     def _show_detail(self, name: str | None) -> None:
         detail = self.query_one("#detail", Static)
         if name is None or self.catalog is None:
-            detail.update("No function matches the filter.")
+            detail.update("No function matches the filter.", layout=False)
         elif self.catalog.details_ready:
-            detail.update(self._describe(self.catalog.function(name)))
+            detail.update(self._describe(self.catalog.function(name)), layout=False)
         else:  # BTF still loading: what is known without it
             status, reason = self.catalog.classify(name)
-            detail.update(self._describe(Function(name, self.catalog.module(name), (), None, status, reason, None)))
+            detail.update(self._describe(Function(name, self.catalog.module(name), (), None, status, reason, None)),
+                          layout=False)
 
     def _describe(self, function: Function) -> Text:
         functions = self.query_one(FunctionList)
