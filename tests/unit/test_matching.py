@@ -36,6 +36,8 @@ def test_glob_matches_fnmatch_on_real_names(names):
     for pattern in ("tcp_*", "*_read", "vfs_?ead", "[a-c]*_init", "[!a-y]*lock"):
         expected = [name for name in names if fnmatch.fnmatchcase(name, pattern)]
         assert Matcher.for_query(pattern, "glob").filter(names) == expected, pattern
+        # one regex pass over the joined list: a negated class must not swallow the newline between names
+        assert Matcher.for_query(pattern, "glob").filter(names, joined="\n".join(names)) == expected, pattern
         assert expected, f"{pattern} should match something on a real kernel"
 
 
