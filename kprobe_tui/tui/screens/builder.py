@@ -35,8 +35,8 @@ from kprobe_tui.tui.widgets.probe_preview import Preview, ProbePreview
 
 DEBOUNCE_SECONDS = 0.15
 
-# Every compile runs on this one thread: the debug info engine's name index is an sqlite
-# connection, usable only from the thread that opened it.
+# Every compile runs on this one thread: pyelftools reads through shared stream positions, so
+# two DWARF questions about one file must never run at once.
 _COMPILER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kprobe-tui-compile")
 
 KINDS = {  # kind -> (label, what the number box takes, or None)
