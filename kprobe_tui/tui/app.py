@@ -58,9 +58,10 @@ class KprobeTui(App):
     def on_mount(self) -> None:
         self.push_screen(FunctionsScreen(self.load_catalog))
 
-    def open_builder(self, function: str) -> None:
+    def open_builder(self, function: str, line: int | None = None) -> None:
+        """The probe builder on ``function``; ``line`` (relative, as perf -L numbers it) makes a line probe."""
         self.push_screen(ProbeBuilderScreen(function, binary=str(self.binary.path) if self.binary else None,
-                                            sources=self.sources))
+                                            sources=self.sources, line=line))
 
     def tail(self, events: list[str]) -> None:
         """The events screen on ``events`` (``group/event`` patterns; [] = every probe event)."""
@@ -77,6 +78,9 @@ class KprobeTui(App):
 
     def on_probe_builder_screen_created(self, message: ProbeBuilderScreen.Created) -> None:
         self.tail(message.events)
+
+    def on_source_screen_probe_line(self, message: SourceScreen.ProbeLine) -> None:
+        self.open_builder(message.function, line=message.line)
 
     def open_source(self, function: str) -> None:
         if self.binary is not None:

@@ -127,6 +127,7 @@ async def test_enter_opens_the_source_of_a_user_function(tmp_path, monkeypatch):
     from kprobe_tui.debuginfo.lines import LineSpec, find_line_range
     from kprobe_tui.debuginfo.scope import open_debuginfo
     from kprobe_tui.probes.binary import BinaryCatalog
+    from kprobe_tui.tui.screens.builder import ProbeBuilderScreen
     from kprobe_tui.tui.screens.source import SourceScreen
     from kprobe_tui.tui.widgets.source_view import SourceView
 
@@ -147,5 +148,14 @@ async def test_enter_opens_the_source_of_a_user_function(tmp_path, monkeypatch):
             await pilot.pause()
         expected = find_line_range(open_debuginfo(binary=str(binary)), LineSpec.parse("count_ready"))
         assert screen.query_one(SourceView).probeable == set(expected.lines)
-        await pilot.press("escape")
+        # Enter on a probeable line: the builder, set up for a line probe numbered as perf -L numbers it
+        await pilot.press("n")  # the second probeable line
+        line = screen.cursor_line
+        assert line == sorted(screen.query_one(SourceView).probeable)[1]
+        await pilot.press("enter")
+        builder = app.screen
+        assert isinstance(builder, ProbeBuilderScreen) and builder.function == "count_ready"
+        assert builder.query_one("#kind").value == "line"
+        assert builder.query_one("#number").value == str(line - expected.offset)
+        await pilot.press("escape", "escape")
         assert app.screen.query_one(FunctionList) is functions

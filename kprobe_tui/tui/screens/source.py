@@ -13,6 +13,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
@@ -38,13 +39,25 @@ class DebugTarget:
 class SourceScreen(Screen):
     """Opened from the function browser with (debug-info target, function name)."""
 
-    BINDINGS = [Binding("escape", "app.pop_screen", "Back"), Binding("v", "toggle_verbose", "Where vars live")]
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "Back"),
+        Binding("enter", "probe_line", "Probe this line"),
+        Binding("v", "toggle_verbose", "Where vars live"),
+    ]
     DEFAULT_CSS = """
     SourceScreen #source-title { height: auto; padding: 0 1; background: $boost; }
     SourceScreen #source-body { height: 1fr; }
     SourceScreen SourceView { width: 2fr; }
     SourceScreen #vars-pane { width: 1fr; min-width: 30; border-left: solid $primary; padding: 0 1; }
     """
+
+    class ProbeLine(Message):
+        """Enter on a probeable line: build a probe there (``line`` counts from the function's first line)."""
+
+        def __init__(self, function: str, line: int) -> None:
+            super().__init__()
+            self.function = function
+            self.line = line
 
     def __init__(self, target: DebugTarget, function: str) -> None:
         super().__init__()
@@ -124,6 +137,13 @@ class SourceScreen(Screen):
     def _show_variables(self, line: int, text: str) -> None:
         if line == self.cursor_line:
             self.query_one("#vars", Static).update(text.expandtabs(4))
+
+    def action_probe_line(self) -> None:
+        """The builder, set up for a line probe here (numbered from the function's first line, as perf -L)."""
+        if self.info is None or self.cursor_line not in self.query_one(SourceView).probeable:
+            self.notify("This line has no probe point of its own: n / p jump to one that has.", severity="warning")
+            return
+        self.post_message(self.ProbeLine(self.function, self.cursor_line - self.decl_line))
 
     def action_toggle_verbose(self) -> None:
         self.verbose = not self.verbose
