@@ -61,7 +61,7 @@ class KprobeTui(App):
     def open_builder(self, function: str, line: int | None = None) -> None:
         """The probe builder on ``function``; ``line`` (relative, as perf -L numbers it) makes a line probe."""
         self.push_screen(ProbeBuilderScreen(function, binary=str(self.binary.path) if self.binary else None,
-                                            sources=self.sources, line=line))
+                                            sources=self.sources, line=line, vmlinux=self.vmlinux))
 
     def tail(self, events: list[str]) -> None:
         """The events screen on ``events`` (``group/event`` patterns; [] = every probe event)."""

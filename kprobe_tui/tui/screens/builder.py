@@ -59,6 +59,7 @@ class BuildRequest:
     number: str = ""
     args: str = ""
     filter: str = ""
+    vmlinux: str | None = None  # kernel DWARF: line probes and locals in kernel functions
 
     def place(self) -> str:
         if self.kind in ("line", "offset"):
@@ -89,7 +90,7 @@ def build_preview(request: BuildRequest, events: Events | None, readme: str, btf
         advice = guard.advise(spec)  # our own PID: showing its events must not cause more of them
         spec = replace(spec, filter=guard.combine_filters(request.filter.strip(), advice.filter))
         taken = [e.event for e in events.events_in(group)] if events is not None else []
-        probes = compile_spec(spec, group, taken, readme=readme, btf_path=btf_path)
+        probes = compile_spec(spec, group, taken, readme=readme, vmlinux=request.vmlinux, btf_path=btf_path)
     except UserError as exc:
         return Preview(error=exc, tracefs_root=root)
     return Preview(spec, probes, advice, tracefs_root=root)
@@ -137,10 +138,13 @@ class ProbeBuilderScreen(Screen):
         sources: KernelSources | None = None,
         line: int | None = None,
         variable: str | None = None,
+        vmlinux: str | None = None,
     ) -> None:
-        """``line`` and ``variable`` prefill a line probe capturing that variable (from a source view)."""
+        """``line`` and ``variable`` prefill a line probe capturing that variable (from a source view);
+        ``vmlinux`` is the kernel's debug info, for C-level probes in kernel functions."""
         super().__init__()
         self.function = function
+        self.vmlinux = vmlinux
         self.binary = os.path.abspath(binary) if binary else None
         self.tracefs = sources.tracing() if sources is not None and sources.tracefs is not None else None
         self.events = Events(self.tracefs) if self.tracefs is not None else None
@@ -196,6 +200,7 @@ class ProbeBuilderScreen(Screen):
             self.query_one("#number", Input).value,
             self.query_one("#args", Input).value,
             self.query_one("#filter", Input).value,
+            None if self.binary else self.vmlinux,
         )
 
     def _update_number_box(self) -> None:
@@ -224,6 +229,8 @@ class ProbeBuilderScreen(Screen):
         self._show_preview(preview)  # not reached when cancelled meanwhile: the newer request shows instead
 
     def _show_preview(self, preview: Preview) -> None:
+        if not self.is_attached:  # closed while the compile ran: nothing to show it in
+            return
         self.preview = preview
         self.query_one(ProbePreview).show(preview)
 
