@@ -44,7 +44,8 @@ class _Undo:
     """A stack of removal actions; each runs once, failures are reported and do not stop the rest."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        # Re-entrant: the signal handler runs on the main thread, possibly while it is inside push().
+        self._lock = threading.RLock()
         self._actions: dict[int, tuple[str, Callable[[], None]]] = {}
         self._next = 0
         self._installed = False

@@ -61,10 +61,12 @@ class StreamReader(threading.Thread):
         self.lost = 0
         self._vanished: set[str] = set()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 2.0) -> None:
+        """Ask the thread to end and wait a little: never forever, because this also runs from a
+        signal handler, which may have interrupted a thread holding the store's lock the reader needs."""
         self._stopping.set()
         if self.is_alive() and threading.current_thread() is not self:
-            self.join()
+            self.join(timeout)
 
     def run(self) -> None:
         error = ""
