@@ -7,11 +7,42 @@ import importlib
 import os
 import sys
 
-from kprobe_tui import __version__
+from kprobe_tui import __version__, config
 from kprobe_tui.errors import UserError
 
 # Each name is a module in kprobe_tui.commands with ``add_parser(subparsers)`` and ``run(args) -> int``.
 COMMANDS = ["funcs", "doctor", "snapshot", "lines", "vars", "tail", "probe", "list", "delete", "cleanup"]
+# The command name a module registers, where it is not the module's name.
+COMMAND_NAMES = {"delete": "del"}
+
+
+class LazyCommands(argparse._SubParsersAction):
+    """Subcommands whose modules are imported only when named on the command line or for --help.
+
+    Importing every command (and so every core: psutil, tracefs, the probe compiler) costs each
+    run ~50 ms, a third of a warm `kprobe-tui lines` on a vmlinux; a command needs only its own.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._modules = {COMMAND_NAMES.get(module, module): module for module in COMMANDS}
+        self._name_parser_map.update(dict.fromkeys(self._modules))  # valid choices before they load
+
+    def load(self, name: str) -> None:
+        if self._name_parser_map.get(name) is None and name in self._modules:
+            del self._name_parser_map[name]
+            importlib.import_module(f"kprobe_tui.commands.{self._modules[name]}").add_parser(self)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        self.load(values[0])
+        super().__call__(parser, namespace, values, option_string)
+
+    def _get_subactions(self):
+        """The help listing: every command's one-line help, in COMMANDS order."""
+        for name in self._modules:
+            self.load(name)
+        order = list(self._modules)
+        return sorted(self._choices_actions, key=lambda action: order.index(action.dest))
 
 
 def add_source_options(parser: argparse.ArgumentParser) -> None:
@@ -35,10 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-k", "--vmlinux", dest="tui_vmlinux", metavar="VMLINUX",
                         help="kernel debug info for the source view (default: found for the running kernel)")
     parser.add_argument("-s", "--source", dest="tui_source", metavar="DIR", help="prefix for source file paths")
+    parser.add_argument("--theme", metavar="NAME", help="colours of the TUI, remembered for next time: "
+                        f"{', '.join(config.theme_names())} (default {config.DEFAULT_THEME}; NO_COLOR: {config.NO_COLOR_THEME})")
     add_source_options(parser)
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
-        importlib.import_module(f"kprobe_tui.commands.{name}").add_parser(subparsers)
+    parser.add_subparsers(dest="command", metavar="COMMAND", action=LazyCommands)
     return parser
 
 

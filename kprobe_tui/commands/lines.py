@@ -16,7 +16,7 @@ def add_debuginfo_options(parser: argparse.ArgumentParser) -> None:
 
 def open_target(args: argparse.Namespace):
     """The debug info -x/-k/-s name (or the running kernel's), telling on stderr where it was found."""
-    from kprobe_tui.debuginfo.scope import open_debuginfo  # pyelftools: only for the commands that need it
+    from kprobe_tui.debuginfo.scope import open_debuginfo  # only lines and vars need it
 
     info = open_debuginfo(binary=args.binary, vmlinux=args.vmlinux, source_dir=args.source_dir)
     if info.located.note:
@@ -35,7 +35,6 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # imported here: pyelftools costs every other subcommand's start-up ~30 ms otherwise
     from kprobe_tui.debuginfo.lines import LineSpec, find_line_range, render
 
     spec = LineSpec.parse(args.spec)

@@ -27,15 +27,26 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # imported here: pyelftools costs every other subcommand's start-up ~30 ms otherwise
-    from kprobe_tui.debuginfo.describe import format_points
     from kprobe_tui.debuginfo.scope import ProbeSpec
 
     spec = ProbeSpec.parse(args.spec)
     info = open_target(args)
+    # The listing depends only on the DWARF and these words: asked again, it comes from the
+    # index without parsing DWARF (nor importing pyelftools, a third of such a run).
+    question = f"vars {spec} externs={args.externs} verbose={args.verbose}"
+    text = info.index.answer(question)
+    if text is None:
+        text = _listing(info, spec, args)
+        info.index.save_answer(question, text)
+    sys.stdout.write(text)
+    return 0
+
+
+def _listing(info, spec, args: argparse.Namespace) -> str:
+    from kprobe_tui.debuginfo.describe import format_points
+
     points = info.probe_points(spec, externs=args.externs)
     if not points:
         raise UserError(f"Failed to find the address of {spec}",
                         "the line may have no code of its own: `kprobe-tui lines` shows the probeable ones")
-    sys.stdout.write(format_points(spec, points, args.verbose))
-    return 0
+    return format_points(spec, points, args.verbose)

@@ -6,6 +6,9 @@ are read through mmap, a CU is found by address (.debug_aranges) or by the name 
 the DIEs a question needs are parsed. The helpers mirror perf's dwarf-aux.c (elfutils semantics:
 attributes integrate DW_AT_abstract_origin, file names are joined with their directory) so that
 what we list equals what `perf probe` lists.
+
+pyelftools is imported where DWARF is first read, not with this module: a warm query answered
+from the per-build-id index never reads DWARF, and the import alone is ~20 ms.
 """
 
 from __future__ import annotations
@@ -14,18 +17,16 @@ import bisect
 import mmap
 import os
 import struct
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from elftools.dwarf.abbrevtable import AbbrevDecl, AbbrevTable
-from elftools.dwarf.dwarf_expr import DWARFExprParser
-from elftools.dwarf.dwarfinfo import DebugSectionDescriptor, DwarfConfig, DWARFInfo
-from elftools.dwarf.enums import ENUM_DW_AT, ENUM_DW_FORM, ENUM_DW_TAG
-from elftools.dwarf.locationlists import LocationEntry, LocationParser
-from elftools.dwarf.ranges import RangeEntry
-from elftools.elf.elffile import ELFFile
+if TYPE_CHECKING:
+    from elftools.dwarf.abbrevtable import AbbrevDecl, AbbrevTable
+    from elftools.dwarf.dwarfinfo import DWARFInfo
+    from elftools.elf.elffile import ELFFile
 
 SHF_COMPRESSED = 0x800
 HIGH_PC_ADDRESS_FORMS = {"DW_FORM_addr", "DW_FORM_addrx", "DW_FORM_addrx1", "DW_FORM_addrx2",
@@ -63,7 +64,10 @@ class MappedStream:
 
 def open_dwarf(path: Path) -> tuple[Any, ELFFile, DWARFInfo, mmap.mmap]:
     """Open an ELF file's DWARF with mmap-backed sections (pyelftools' own path when it must relocate)."""
-    stream = open(path, "rb")
+    from elftools.dwarf.dwarfinfo import DebugSectionDescriptor, DwarfConfig, DWARFInfo
+    from elftools.elf.elffile import ELFFile
+
+    stream = open(path, "rb")  # noqa: SIM115  (kept open: the ELFFile and the mmap read it lazily)
     elf = ELFFile(stream)
     mm = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
     sections = {name: elf.get_section_by_name(name) for name in SECTION_NAMES}
@@ -106,17 +110,14 @@ class _AttrSpec(NamedTuple):
     value: int | None
 
 
-_TAGS = {v: k for k, v in ENUM_DW_TAG.items() if isinstance(v, int)}
-_ATS = {v: k for k, v in ENUM_DW_AT.items() if isinstance(v, int)}
-_FORMS = {v: k for k, v in ENUM_DW_FORM.items() if isinstance(v, int)}
-
-
 def install_fast_abbrev_tables(dwarf: DWARFInfo) -> None:
     """Parse abbreviation tables with plain byte reads instead of construct (0.1 s per big kernel unit).
 
     The tables are what pyelftools' AbbrevTable holds (AbbrevDecl over a mapping), put in its
     own per-offset cache, so every DIE it parses afterwards uses them.
     """
+    from elftools.dwarf.abbrevtable import AbbrevTable
+
     section = dwarf.debug_abbrev_sec
     if section is None or not isinstance(section.stream, MappedStream):
         return
@@ -138,6 +139,9 @@ def install_fast_abbrev_tables(dwarf: DWARFInfo) -> None:
 
 
 def _parse_abbrevs(data: bytes, pos: int) -> dict[int, AbbrevDecl]:
+    from elftools.dwarf.abbrevtable import AbbrevDecl
+
+    tags, ats, forms = _names_by_number()
     table: dict[int, AbbrevDecl] = {}
     while True:
         code, pos = _uleb(data, pos)
@@ -155,12 +159,21 @@ def _parse_abbrevs(data: bytes, pos: int) -> dict[int, AbbrevDecl]:
             value = None
             if form == 0x21:  # DW_FORM_implicit_const
                 value, pos = _sleb(data, pos)
-            specs.append(_AttrSpec(_ATS.get(name, name), _FORMS.get(form, form), value))
+            specs.append(_AttrSpec(ats.get(name, name), forms.get(form, form), value))
         table[code] = AbbrevDecl(code, {
-            "tag": _TAGS.get(tag, tag),
+            "tag": tags.get(tag, tag),
             "children_flag": "DW_CHILDREN_yes" if children else "DW_CHILDREN_no",
             "attr_spec": specs,
         })
+
+
+@cache
+def _names_by_number() -> tuple[dict[int, str], dict[int, str], dict[int, str]]:
+    """number -> name of DWARF tags, attributes and forms, as pyelftools spells them."""
+    from elftools.dwarf.enums import ENUM_DW_AT, ENUM_DW_FORM, ENUM_DW_TAG
+
+    return tuple({v: k for k, v in enum.items() if isinstance(v, int)}  # type: ignore[return-value]
+                 for enum in (ENUM_DW_TAG, ENUM_DW_AT, ENUM_DW_FORM))
 
 
 # ---- DIE helpers (perf's dwarf-aux.c on elfutils) -------------------------------------------
@@ -401,6 +414,8 @@ class CUData:
 
 def ranges_of(die, units: Units) -> list[tuple[int, int]]:
     """[low, high) address ranges of a DIE: low_pc/high_pc or DW_AT_ranges (DWARF4 and 5)."""
+    from elftools.dwarf.ranges import RangeEntry
+
     attrs = die.attributes
     low = attrs.get("DW_AT_low_pc")
     if low is not None and "DW_AT_high_pc" in attrs:
@@ -574,12 +589,16 @@ class LocationAt:
 
 
 def parse_ops(expr: list[int] | bytes, cu) -> list[tuple[str, list]]:
+    from elftools.dwarf.dwarf_expr import DWARFExprParser
+
     parser = DWARFExprParser(cu.structs)
     return [(op.op_name, list(op.args)) for op in parser.parse_expr(expr)]
 
 
 def location_entries(die, name: str, units: Units) -> list[int] | list[tuple[int, int, list[int]]] | None:
     """A location attribute: a single expression (bytes as ints) or [(low, high, expr), ...] (a tuple list)."""
+    from elftools.dwarf.locationlists import LocationEntry, LocationParser
+
     value = die.attributes.get(name)
     if value is None or value.form == "DW_FORM_loclistx":
         return None
@@ -689,7 +708,7 @@ class ArangeMap:
         spans: list[tuple[int, int, int]] = []
         pos = 0
         while pos + 12 <= len(data):
-            length, version, cu_offset, address_size, _seg = struct.unpack_from("<IHIBB", data, pos)
+            length, _version, cu_offset, address_size, _seg = struct.unpack_from("<IHIBB", data, pos)
             header = 12
             if length == 0xFFFFFFFF:
                 break  # 64-bit DWARF aranges: not produced by gcc on x86-64

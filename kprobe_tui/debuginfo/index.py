@@ -8,26 +8,27 @@ instead of loading a 100k-name table. Filled in three ways:
    of its subprograms, so the next run jumps straight to a DIE without walking the unit;
  - only when a name is not found (a function that exists only inlined): every unit's
    top-level DIEs, once per build-id (minutes on a vmlinux, seconds on a library);
- - per `lines` spec, its answer (unit, file, probeable line numbers): the same DWARF always
-   gives the same lines, and decoding a kernel unit's line table is most of a warm run.
+ - per question, its answer (a `lines` spec's unit, file and probeable line numbers; a `vars`
+   listing): the same DWARF always gives the same answer, and a warm run that finds it here
+   never imports pyelftools nor decodes a line table (a kernel unit's is most of a warm run).
+   FORMAT names how answers are computed: bump it when that changes, and old answers go.
 """
 
 from __future__ import annotations
 
-import hashlib
 import marshal
 import os
 import sqlite3
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
-FORMAT = 3
+FORMAT = 4
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER);
 CREATE TABLE IF NOT EXISTS names (name TEXT, cu INTEGER, PRIMARY KEY (name, cu)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS units (cu INTEGER PRIMARY KEY, functions BLOB, ranges BLOB);
 CREATE TABLE IF NOT EXISTS instances (cu INTEGER PRIMARY KEY, origins BLOB);
-CREATE TABLE IF NOT EXISTS line_ranges (spec TEXT PRIMARY KEY, found BLOB);
+CREATE TABLE IF NOT EXISTS answers (question TEXT PRIMARY KEY, answer BLOB);
 """
 
 
@@ -40,6 +41,8 @@ def cache_key(build_id: str | None, path: Path) -> str:
     """The build-id, or for a file without one a digest of its path, size and mtime."""
     if build_id:
         return build_id
+    import hashlib  # only here: its OpenSSL backend costs every run 2.5 ms otherwise
+
     stat = path.stat()
     return hashlib.sha1(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()
 
@@ -63,6 +66,9 @@ class NameIndex:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(path, timeout=30, check_same_thread=False)
+            # A cache: no fsync per commit (5 ms each, a tenth of a cold run on a library). A power
+            # cut may lose or spoil the file; a spoiled one fails here and we carry on in memory.
+            db.execute("PRAGMA synchronous = OFF")
             db.executescript(SCHEMA)
         except (OSError, sqlite3.Error):
             db = sqlite3.connect(":memory:", check_same_thread=False)
@@ -145,15 +151,15 @@ class NameIndex:
         except sqlite3.Error:
             pass  # a read-only cache only costs speed on the next run
 
-    def line_range(self, spec: str):
-        """A probeable-lines answer saved for this exact spec (they depend only on the DWARF)."""
-        row = self.db.execute("SELECT found FROM line_ranges WHERE spec = ?", (spec,)).fetchone()
+    def answer(self, question: str):
+        """The answer saved for this exact question (marshal-able data), or None."""
+        row = self.db.execute("SELECT answer FROM answers WHERE question = ?", (question,)).fetchone()
         return marshal.loads(row[0]) if row else None
 
-    def save_line_range(self, spec: str, found) -> None:
+    def save_answer(self, question: str, answer) -> None:
         try:
             with self.db:
-                self.db.execute("INSERT OR REPLACE INTO line_ranges VALUES (?, ?)", (spec, marshal.dumps(found)))
+                self.db.execute("INSERT OR REPLACE INTO answers VALUES (?, ?)", (question, marshal.dumps(answer)))
         except sqlite3.Error:
             pass  # a read-only cache only costs speed on the next run
 
@@ -171,7 +177,7 @@ def _fill(db: sqlite3.Connection, pairs: list[tuple[str, int]]) -> None:
         db.execute("DELETE FROM names")
         db.execute("DELETE FROM units")
         db.execute("DELETE FROM instances")
-        db.execute("DELETE FROM line_ranges")
+        db.execute("DELETE FROM answers")
         db.executemany("INSERT OR IGNORE INTO names VALUES (?, ?)", pairs)
         db.execute("INSERT OR REPLACE INTO meta VALUES ('complete', 0)")
         db.execute("INSERT OR REPLACE INTO meta VALUES ('format', ?)", (FORMAT,))

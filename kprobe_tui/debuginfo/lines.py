@@ -9,10 +9,11 @@ in util/probe-finder.c (find_line_range) and util/dwarf-aux.c (die_walk_lines); 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from kprobe_tui.debuginfo import dwarfinfo as dw
+from kprobe_tui.debuginfo.locate import source_path
 from kprobe_tui.errors import UserError
 
 INT_MAX = 2**31 - 1
@@ -56,12 +57,23 @@ class LineRange:
 
     spec: LineSpec
     path: str | None  # the file name as DWARF spells it (perf's lr->path)
-    comp_dir_cu: object  # the CU, to resolve the source path
+    cu_offset: int  # the compile unit holding the lines
+    comp_dir: str | None  # its DW_AT_comp_dir, to resolve the source path
     offset: int  # the function's declaration line (0 for a file range)
     start: int
     end: int
     lines: list[int] = field(default_factory=list)
     from_inlined: bool = False  # perf finds nothing here; these come from the inlined copies
+    info: object = field(default=None, repr=False, compare=False)
+
+    @property
+    def comp_dir_cu(self):
+        """The pyelftools CU, parsed on first use: printing a saved answer needs only comp_dir."""
+        return self.info.cu(self.cu_offset)
+
+    def to_saved(self) -> tuple:
+        return (self.cu_offset, self.comp_dir, self.path, self.offset, self.start, self.end, self.lines,
+                self.from_inlined)
 
 
 def walk_lines(info, unit: dw.CUData, scope=None) -> Iterator[tuple[str | None, int, int]]:
@@ -188,14 +200,13 @@ def find_line_range(info, spec: LineSpec) -> LineRange:
 
     Answers are kept in the per-build-id index, so asking again skips the line-table walk.
     """
-    key = f"{spec.function}@{spec.file}:{spec.start}-{spec.end}"
-    saved = info.index.line_range(key)
+    key = f"lines {spec.function}@{spec.file}:{spec.start}-{spec.end}"
+    saved = info.index.answer(key)
     if saved is not None:
-        cu_offset, path, offset, start, end, lines, from_inlined = saved
-        return LineRange(spec, path, info.cu(cu_offset), offset, start, end, lines, from_inlined)
+        cu_offset, comp_dir, path, offset, start, end, lines, from_inlined = saved
+        return LineRange(spec, path, cu_offset, comp_dir, offset, start, end, lines, from_inlined, info)
     found = _find_line_range(info, spec)
-    info.index.save_line_range(key, (found.comp_dir_cu.cu_offset, found.path, found.offset, found.start,
-                                     found.end, found.lines, found.from_inlined))
+    info.index.save_answer(key, found.to_saved())
     return found
 
 
@@ -214,13 +225,14 @@ def _find_line_range(info, spec: LineSpec) -> LineRange:
         end = min(offset + spec.end, INT_MAX)
         fname = unit.file_name(dw.decl_file_index(die))
         scopes = [die] if dw.is_func_instance(die) else info.instances_of(die)
-        result = LineRange(spec, None, die.cu, offset, start, end)
+        result = LineRange(spec, None, die.cu.cu_offset, unit.comp_dir, offset, start, end, info=info)
         if fname:
             _collect(info, unit, scopes, fname, start, end, True, result)
         if result.lines:
             return result
         if fallback is None and fname and scopes:
-            fallback = LineRange(spec, None, die.cu, offset, start, end, from_inlined=True)
+            fallback = LineRange(spec, None, die.cu.cu_offset, unit.comp_dir, offset, start, end,
+                                 from_inlined=True, info=info)
             _collect(info, unit, scopes, fname, start, end, False, fallback)
     if fallback is not None and fallback.lines:
         return fallback
@@ -234,7 +246,7 @@ def _file_range(info, spec: LineSpec) -> LineRange:
         fname = next((f for f in unit.files if f and dw.strtailcmp(spec.file, f)), None)
         if fname is None:
             continue
-        result = LineRange(spec, None, cu, 0, spec.start, spec.end)
+        result = LineRange(spec, None, cu.cu_offset, unit.comp_dir, 0, spec.start, spec.end, info=info)
         _collect(info, unit, [None], fname, spec.start, spec.end, True, result)
         if result.lines:
             return result
@@ -253,7 +265,7 @@ class SourceText:
 
 def source_text(info, found: LineRange) -> SourceText:
     """Read the source of a line range as perf resolves it (comp_dir, -s prefix)."""
-    source = info.source_file(found.path, found.comp_dir_cu)
+    source = source_path(found.path, found.comp_dir, info.source_dir)
     notes = []
     if found.from_inlined:
         notes.append(f"{found.spec.function} has no out-of-line copy perf can list: "

@@ -21,7 +21,12 @@ from typing import Any
 
 from kprobe_tui.debuginfo import dwarfinfo as dw
 from kprobe_tui.debuginfo.index import NameIndex, cache_key
-from kprobe_tui.debuginfo.locate import LocatedDebugInfo, find_binary_debuginfo, find_vmlinux, source_path
+from kprobe_tui.debuginfo.locate import (
+    LocatedDebugInfo,
+    find_binary_debuginfo,
+    find_vmlinux,
+    source_path,
+)
 from kprobe_tui.errors import UserError
 
 Op = tuple[str, list[Any]]
@@ -120,8 +125,27 @@ class DebugInfo:
     def __init__(self, located: LocatedDebugInfo, source_dir: str | None = None) -> None:
         self.located = located
         self.source_dir = source_dir
-        self._stream, self.elf, self.dwarf, self._mm = dw.open_dwarf(located.debug_file)
-        self.units = dw.Units(self.dwarf)
+
+    @cached_property
+    def _opened(self):
+        """(stream, ELFFile, DWARFInfo, mmap), on first use: a saved answer needs none of them."""
+        return dw.open_dwarf(self.located.debug_file)
+
+    @property
+    def elf(self):
+        return self._opened[1]
+
+    @property
+    def dwarf(self):
+        return self._opened[2]
+
+    @property
+    def _mm(self):
+        return self._opened[3]
+
+    @cached_property
+    def units(self) -> dw.Units:
+        return dw.Units(self.dwarf)
 
     @property
     def is_kernel(self) -> bool:

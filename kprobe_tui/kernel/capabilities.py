@@ -7,7 +7,9 @@ needs when it is missing: what it means and what to do.
 
 from __future__ import annotations
 
+import grp
 import os
+import pwd
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -87,6 +89,52 @@ def readme_offers(readme: str, key: str) -> bool:
     return README_MARKERS[key] in readme
 
 
+def may(path: Path, mode: int) -> bool:
+    """``os.access`` with this process's effective ids and capabilities (what it can really do),
+    not the real ids access(2) checks by default."""
+    return os.access(path, mode, effective_ids=os.access in os.supports_effective_ids)
+
+
+def who() -> str:
+    return "root" if os.geteuid() == 0 else f"uid {os.geteuid()}"
+
+
+_MODE_WORDS = {os.R_OK: "read", os.W_OK: "write", os.X_OK: "enter"}
+
+
+def denied(path: Path, mode: int) -> str | None:
+    """Why this user cannot use ``path`` as ``mode`` (``os.R_OK``/``W_OK``/``X_OK``, or'ed), in plain
+    words naming the file or directory that stops it (``you are uid 1000 and /sys/kernel/tracing/
+    uprobe_events is root-owned mode 0640``); None when nothing does."""
+    path = Path(path)
+    for directory in reversed(path.parents):
+        if not may(directory, os.X_OK):
+            return _blocked_by(directory, "enter")
+    if may(path, mode):
+        return None
+    if not path.exists():
+        return f"{path} does not exist"
+    return _blocked_by(path, " and ".join(word for bit, word in _MODE_WORDS.items() if mode & bit))
+
+
+def _blocked_by(path: Path, wanted: str) -> str:
+    try:
+        status = path.stat()
+    except OSError as exc:
+        return f"you are {who()} and cannot {wanted} {path} ({exc.strerror})"
+    try:
+        owner = pwd.getpwuid(status.st_uid).pw_name
+    except KeyError:
+        owner = f"uid {status.st_uid}"
+    try:
+        group = grp.getgrgid(status.st_gid).gr_name
+    except KeyError:
+        group = f"gid {status.st_gid}"
+    if os.statvfs(path).f_flag & os.ST_RDONLY and wanted != "enter":
+        return f"{path} is on a read-only mount"
+    return f"you are {who()} and {path} is {owner}-owned (group {group}) mode {status.st_mode & 0o7777:04o}"
+
+
 def _readable(path: Path | None) -> tuple[bool, str]:
     if path is None:
         return False, "its filesystem is not mounted"
@@ -102,13 +150,13 @@ def detect(sources: KernelSources) -> Capabilities:
     """Probe the sources once; cheap (a few small reads), safe as any user."""
     caps = Capabilities(sources)
     tracefs = sources.tracefs
-    who = "root" if os.geteuid() == 0 else f"uid {os.geteuid()}"
+    who_am_i = who()
     if tracefs is None:
         missing = "tracefs is not mounted: as root, mount -t tracefs nodev /sys/kernel/tracing"
     else:
-        missing = (f"tracefs at {tracefs} is not accessible to this user ({who}): run as root, or have an admin "
+        missing = (f"tracefs at {tracefs} is not accessible to this user ({who_am_i}): run as root, or have an admin "
                    "grant a group (mount -o remount,gid=<group> the tracefs)")
-    caps.add("tracefs", "tracefs", tracefs is not None and os.access(tracefs, os.R_OK | os.X_OK),
+    caps.add("tracefs", "tracefs", tracefs is not None and may(tracefs, os.R_OK | os.X_OK),
              f"at {tracefs}", missing)
 
     def exists(name: str) -> bool:
@@ -120,7 +168,7 @@ def detect(sources: KernelSources) -> Capabilities:
     def add(key: str, label: str, present: bool, if_present: str, if_missing: str) -> None:
         # Without access nothing below tracefs can be seen: say "unknown", not "missing".
         if blind and key not in _OUTSIDE_TRACEFS:
-            if_missing = f"unknown: tracefs is not accessible to this user ({who})"
+            if_missing = f"unknown: tracefs is not accessible to this user ({who_am_i})"
         caps.add(key, label, present, if_present, if_missing)
 
     add("kprobe_events", "kernel probes (kprobe_events)", exists("kprobe_events"),
@@ -174,12 +222,12 @@ def detect(sources: KernelSources) -> Capabilities:
              "(CONFIG_DEBUG_INFO_BTF gives it)")
 
     probe_file = next((tracefs / name for name in ("kprobe_events", "uprobe_events") if exists(name)), None)
-    writable = sources.live and probe_file is not None and os.access(probe_file, os.W_OK)
+    writable = sources.live and probe_file is not None and may(probe_file, os.W_OK)
     add("write", "create probes", writable,
-             f"this user ({who}) can create and remove probes",
+             f"this user ({who_am_i}) can create and remove probes",
              "read-only: " + (
                  "this is a captured snapshot" if not sources.live else
-                 f"this user ({who}) cannot write the probe files; run as root, or have an admin grant a "
+                 f"this user ({who_am_i}) cannot write the probe files; run as root, or have an admin grant a "
                  "group (mount -o remount,gid=<group> the tracefs, or chgrp -R <group> + chmod -R g+rw)"))
     return caps
 

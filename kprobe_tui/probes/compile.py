@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.capabilities import readme_offers
@@ -286,15 +287,10 @@ def compile_dwarf(
     """
     if spec.address is not None:
         raise UserError(f"{spec.place_text()!r}: C variables at a raw address are not compiled", "probe FUNC+OFFSET instead")
-    info = _debuginfo(spec.binary, vmlinux, _mtime(spec.binary or vmlinux))
-    points = [(point, place) for place in _function_places(info, spec) for point in info.probe_points(place, externs=True)]
-    if not points:
-        raise UserError(f"{spec.place_text()!r}: no probeable address", "for a line, see which lines are probeable: kprobe-tui lines FUNC")
+    info, points = dwarf_points(spec, vmlinux)
     probes: list[CompiledProbe] = []
     taken = list(taken)
-    for point, place in points:
-        notes: list[str] = [f"inlined copy in {point.function}"] if point.is_inline else []
-        point = _moved_point(info, spec, point, notes)
+    for point, place, notes in points:
         fetches = _dwarf_fetches(info, spec, point, notes, readme_offers(readme, "return_args"))
         line = int(place.rsplit(":", 1)[1]) if spec.lazy is not None else None  # ;PTN: the line it matched
         name = event_name(spec, taken, line)
@@ -302,6 +298,20 @@ def compile_dwarf(
         where = f"{spec.binary}:0x{point.file_offset:x}" if spec.is_uprobe else f"{point.function}+{point.offset}"
         probes.append(CompiledProbe(spec, group, name, where, fetches, point.function, point.offset, tuple(notes)))
     return probes
+
+
+def dwarf_points(spec: ProbeSpec, vmlinux: str | None = None) -> tuple[Any, list[tuple[Any, str, list[str]]]]:
+    """The debug info, and (point, place, notes) for every address the spec compiles to, after +OFF or
+    the prologue skip: the builder's variable tree lists exactly what Create will read."""
+    info = _debuginfo(spec.binary, vmlinux, _mtime(spec.binary or vmlinux))
+    points = [(point, place) for place in _function_places(info, spec) for point in info.probe_points(place, externs=True)]
+    if not points:
+        raise UserError(f"{spec.place_text()!r}: no probeable address", "for a line, see which lines are probeable: kprobe-tui lines FUNC")
+    moved = []
+    for point, place in points:
+        notes: list[str] = [f"inlined copy in {point.function}"] if point.is_inline else []
+        moved.append((_moved_point(info, spec, point, notes), place, notes))
+    return info, moved
 
 
 def _function_places(info, spec: ProbeSpec) -> list[str]:
@@ -632,7 +642,7 @@ def compile_btf(
     if spec.kind not in ("entry", "return", "fprobe") or spec.source:
         raise UserError(f"{spec.place_text()!r}: without DWARF only parameters at function entry or exit can be named",
                         "give the kernel's debug info: -k /usr/lib/debug/boot/vmlinux-$(uname -r)")
-    btf = Btf.load(Path(btf_path or "/sys/kernel/btf/vmlinux"))
+    btf = Btf.shared(btf_path)
     if not btf.has_function(spec.function):
         raise UserError(f"{spec.function!r}: not in the kernel's BTF (inlined, or in a module without BTF)",
                         "probe it with registers ($argN, %di) or give -k VMLINUX")

@@ -172,3 +172,30 @@ def _bpftrace_predicate(spec: ProbeSpec, probe: CompiledProbe | None, exclude_pi
     if exclude_pid is not None:
         tests.append(f"pid != {exclude_pid}")
     return f" /{' && '.join(tests)}/" if tests else ""
+
+
+def _sudo_echo(text: str, path: str, append: bool = True) -> str:
+    """``sudo sh -c "echo '...' >> path"``, escaped so the outer shell expands nothing ($retval stays)."""
+    inner = f"echo '{text}' {'>>' if append else '>'} {path}"
+    return 'sudo sh -c "' + re.sub(r'([$`"\\])', r"\\\1", inner) + '"'
+
+
+def admin_handoff(spec: ProbeSpec, probes: list[CompiledProbe], user: str,
+                  tracefs_root: str = "/sys/kernel/tracing") -> list[str]:
+    """What a user without tracefs write access hands to an administrator: the probe made with
+    ``perf probe`` or by hand, then the one-time step that lets the ``perf`` group use tracefs
+    (as Documentation/admin-guide/perf-security.rst sets up a perf users group)."""
+    lines = ["# the probe, with perf:"]
+    lines += [f"sudo {perf_command(spec, probe.group, probe.event)}" for probe in probes]
+    lines.append("# or by hand, without perf:")
+    for probe in probes:
+        lines.append(_sudo_echo(probe.definition(), f"{tracefs_root}/{probe.control_file}"))
+        if spec.filter:
+            lines.append(_sudo_echo(spec.filter, f"{tracefs_root}/events/{probe.group}/{probe.event}/filter", append=False))
+    lines += [
+        f"# once, so that {user} can enable and read probes without sudo (the perf group):",
+        f"sudo groupadd -f perf && sudo usermod -aG perf {shlex.quote(user)}",
+        f"sudo mount -o remount,mode=750 {tracefs_root}",
+        f"sudo chgrp -R perf {tracefs_root} && sudo chmod -R g+rw {tracefs_root}",
+    ]
+    return lines

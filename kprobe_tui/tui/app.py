@@ -2,29 +2,31 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 from textual.app import App
 from textual.binding import Binding
+from textual.theme import Theme
 
+from kprobe_tui import config
 from kprobe_tui.errors import UserError
+from kprobe_tui.kernel import access
 from kprobe_tui.kernel.catalog import Catalog, source_function
 from kprobe_tui.kernel.sources import KernelSources
 from kprobe_tui.probes.binary import BinaryCatalog
+from kprobe_tui.tui import theming
+from kprobe_tui.tui.commands import ActionsProvider
 from kprobe_tui.tui.screens.builder import ProbeBuilderScreen
 from kprobe_tui.tui.screens.events import EventsScreen
 from kprobe_tui.tui.screens.functions import FunctionsScreen
+from kprobe_tui.tui.screens.help import HelpScreen
+from kprobe_tui.tui.screens.probes import ProbesScreen
 from kprobe_tui.tui.screens.source import DebugTarget, SourceScreen
-
-_PACKAGE = Path(__file__).resolve().parents[1]
 
 
 def theme_path(name: str = "default") -> Path:
-    """themes/ beside the package in a checkout; installed wheels carry it as kprobe_tui/themes."""
-    for directory in (_PACKAGE.parent / "themes", _PACKAGE / "themes"):
-        if (directory / f"{name}.tcss").exists():
-            return directory / f"{name}.tcss"
-    raise FileNotFoundError(f"theme {name}.tcss is missing from this installation")
+    return config.themes_dir() / f"{name}.tcss"
 
 
 class KprobeTui(App):
@@ -32,36 +34,90 @@ class KprobeTui(App):
 
     TITLE = "kprobe-tui"
     CSS_PATH = theme_path()
+    COMMANDS = App.COMMANDS | {ActionsProvider}
     BINDINGS = [
         Binding("q", "quit", "Quit"),
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
         Binding("e", "tail_all", "Events"),
+        Binding("l", "list_probes", "Probes"),
+        Binding("question_mark", "help", "Help"),
+        Binding("f1", "help", "Help", show=False, priority=True),  # also while typing in a box
     ]
 
     def __init__(self, sources: KernelSources, binary: BinaryCatalog | None = None,
-                 vmlinux: str | None = None, source_dir: str | None = None) -> None:
+                 vmlinux: str | None = None, source_dir: str | None = None, theme: str = config.DEFAULT_THEME,
+                 remember_in: Path | None = None, notes: tuple[str, ...] = ()) -> None:
         """``binary``: the -x mode, browsing (and probing with uprobes) one program or library.
-        ``vmlinux`` and ``source_dir``: where the source view finds kernel debug info and source text."""
+        ``vmlinux`` and ``source_dir``: where the source view finds kernel debug info and source text.
+        ``theme``: a themes/ file; a theme chosen later is saved in the config file ``remember_in``.
+        ``notes``: warnings to show once the screen is up (a broken config file)."""
         super().__init__()
+        themes = theming.textual_themes()
+        self.theme_names = list(themes)
+        self._monochrome = {name for name, (_, monochrome) in themes.items() if monochrome}
+        for textual_theme, _ in themes.values():
+            self.register_theme(textual_theme)
+        self.theme = theme
+        for name in set(self.available_themes) - set(themes):  # only ours: the palette offers what --theme takes
+            self.unregister_theme(name)
+        self._two_tone = theming.TwoTone()
+        self.remember_in = remember_in
+        self.notes = notes
         self.sources = sources
         self.binary = binary
         self.vmlinux = vmlinux
         self.source_dir = source_dir
         self.catalog: Catalog | BinaryCatalog | None = None
         self.sub_title = f"uprobes in {binary.path}" if binary else f"{'kernel' if sources.live else 'snapshot of'} {sources.release}"
+        self.access = access.decide(sources)  # full, or lab mode (read-only) and why
+        if self.access.lab:
+            self.sub_title = f"LAB MODE: read-only — {self.access.reason}"
 
     def load_catalog(self) -> Catalog | BinaryCatalog:
         """Runs in a worker thread: the first paint does not wait for 100k symbols."""
         self.catalog = self.binary or Catalog(self.sources)
         return self.catalog
 
+    def _freeze_when_warm(self) -> None:
+        """The warm catalog's objects live as long as the app: frozen, Python's full collections no
+        longer walk them (each took ~100 ms, about two per screen change: the outliers in
+        benchmarks/bench_tui_flow.py; ~50 ms when frozen)."""
+        if self.catalog is None or not self.catalog.details_ready:
+            return
+        self._gc_timer.stop()
+        gc.collect()  # once, while the list is read: garbage frozen now would never be freed
+        gc.freeze()
+
     def on_mount(self) -> None:
         self.push_screen(FunctionsScreen(self.load_catalog))
+        self._gc_timer = self.set_interval(0.25, self._freeze_when_warm)
+        if self.access.lab:
+            self.notify(self.access.banner(), title="Lab mode", severity="warning", timeout=30)
+        self.theme_changed_signal.subscribe(self, self._remember_theme)
+        for note in self.notes:
+            self.notify(note, title="Config", severity="warning", timeout=15)
 
-    def open_builder(self, function: str, line: int | None = None) -> None:
-        """The probe builder on ``function``; ``line`` (relative, as perf -L numbers it) makes a line probe."""
+    def get_line_filters(self):
+        filters = list(super().get_line_filters())
+        return filters + [self._two_tone] if self.theme in self._monochrome else filters
+
+    def _remember_theme(self, theme: Theme) -> None:
+        problem = config.remember("theme", theme.name, self.remember_in) if self.remember_in is not None else None
+        if problem:
+            self.notify(problem, title="Config", severity="warning")
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(self.screen))
+
+    def open_builder(self, function: str, line: int | None = None, kind: str = "entry",
+                     variable: str | None = None) -> None:
+        """The probe builder on ``function``; ``line`` (relative, as perf -L numbers it) makes a line probe,
+        else ``kind`` (entry or return) says which; ``variable`` is prefilled as an argument."""
         self.push_screen(ProbeBuilderScreen(function, binary=str(self.binary.path) if self.binary else None,
-                                            sources=self.sources, line=line, vmlinux=self.vmlinux))
+                                            sources=self.sources, line=line, variable=variable,
+                                            vmlinux=self.vmlinux, kind=kind,
+                                            lab_reason=self.access.reason if self.access.lab else None))
 
     def tail(self, events: list[str]) -> None:
         """The events screen on ``events`` (``group/event`` patterns; [] = every probe event)."""
@@ -72,6 +128,17 @@ class KprobeTui(App):
             return
         self.push_screen(EventsScreen(events, tracefs))
 
+    def action_list_probes(self) -> None:
+        """The probes panel: every dynamic event on the system, ours marked, with hit counts."""
+        if isinstance(self.screen, ProbesScreen):
+            return
+        try:
+            tracefs = self.sources.tracing()
+        except UserError as exc:
+            self.notify(str(exc), title="Cannot list probes", severity="error")
+            return
+        self.push_screen(ProbesScreen(tracefs, self.access))
+
     def action_tail_all(self) -> None:
         if not isinstance(self.screen, EventsScreen):
             self.tail([])
@@ -80,19 +147,27 @@ class KprobeTui(App):
         self.tail(message.events)
 
     def on_source_screen_probe_line(self, message: SourceScreen.ProbeLine) -> None:
-        self.open_builder(message.function, line=message.line)
+        self.open_builder(message.function, line=message.line, variable=message.variable)
+
+    def on_source_screen_probe_function(self, message: SourceScreen.ProbeFunction) -> None:
+        self.open_builder(message.function, kind=message.kind)
 
     def open_source(self, function: str) -> None:
         if self.binary is not None:
             target = DebugTarget(binary=str(self.binary.path), source_dir=self.source_dir)
         else:
             target = DebugTarget(vmlinux=self.vmlinux, source_dir=self.source_dir)
-        self.push_screen(SourceScreen(target, source_function(function)))
+        prototype = (lambda: self.catalog.function(function).prototype) if self.catalog is not None else None
+        self.push_screen(SourceScreen(target, source_function(function), symbol=function, prototype=prototype))
 
 
 def run_app(args) -> int:
     from kprobe_tui.kernel import sources
 
     binary = BinaryCatalog(args.exec_binary) if getattr(args, "exec_binary", None) else None
-    KprobeTui(sources.from_args(args), binary, vmlinux=args.tui_vmlinux, source_dir=args.tui_source).run()
+    theme, notes = config.choose_theme(args.theme)
+    if args.theme is not None:
+        notes.append(config.remember("theme", args.theme))
+    KprobeTui(sources.from_args(args), binary, vmlinux=args.tui_vmlinux, source_dir=args.tui_source,
+              theme=theme, remember_in=config.config_path(), notes=tuple(filter(None, notes))).run()
     return 0

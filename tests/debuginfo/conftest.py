@@ -7,7 +7,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from debuginfo_helpers import C_DIR, VARIANTS
 from kernel_debug import ensure_kernel_debug, skip_reason
 

@@ -56,7 +56,7 @@ def _candidate_version(package: str) -> str:
 
 def _dbg_package_for(version: str) -> str:
     """The linux-image-6.1.0-N-amd64-dbg package built from the same Debian version as the source."""
-    names = re.findall(r"^(linux-image-6\.1\.0-\d+-amd64-dbg) ", _apt("apt-cache", "search", "linux-image-6.1.0"), re.M)
+    names = re.findall(r"^(linux-image-6\.1\.0-\d+-amd64-dbg) ", _apt("apt-cache", "search", "linux-image-6.1.0"), re.MULTILINE)
     for name in sorted(set(names), key=lambda n: int(n.split("-")[3]), reverse=True):
         if _candidate_version(name) == version:
             return name

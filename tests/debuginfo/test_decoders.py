@@ -8,6 +8,7 @@ import pytest
 from elftools.dwarf.abbrevtable import AbbrevTable
 
 from kprobe_tui.debuginfo import dwarfinfo as dw
+from kprobe_tui.debuginfo import locate
 from kprobe_tui.debuginfo.scope import open_debuginfo
 
 LIBPYTHON = Path("/root/.pyenv/versions/3.11.7/lib/libpython3.11.so.1.0")
@@ -82,3 +83,32 @@ def _load_bias(binary: Path, address: int) -> int:
             if h.p_type == "PT_LOAD" and h.p_vaddr <= address < h.p_vaddr + h.p_memsz:
                 return h.p_vaddr - h.p_offset
     raise AssertionError("address outside every PT_LOAD")
+
+
+def test_elf_section_reader_equals_pyelftools(programs, tmp_path):
+    """locate's struct reader (no pyelftools on a warm run) finds the same build-id, DWARF and debuglink."""
+    import shutil
+    import subprocess
+
+    from elftools.elf.elffile import ELFFile
+
+    stripped = tmp_path / "stripped"
+    shutil.copy(programs[("O2", 5)], stripped)
+    subprocess.run(["strip", "--only-keep-debug", "-o", str(tmp_path / "stripped.debug"), str(stripped)], check=True)
+    subprocess.run(["strip", "--strip-debug", str(stripped)], check=True)
+    subprocess.run(["objcopy", "--add-gnu-debuglink=stripped.debug", str(stripped)], cwd=tmp_path, check=True)
+    for binary in [*binaries(programs), stripped, tmp_path / "stripped.debug", Path("/bin/ls")]:
+        ours = locate.ElfSections(binary)
+        with open(binary, "rb") as stream:
+            elf = ELFFile(stream)
+            notes = [n for s in elf.iter_sections() if s.header.sh_type == "SHT_NOTE" for n in s.iter_notes()]
+            build_id = next((n["n_desc"] for n in notes if n["n_type"] == "NT_GNU_BUILD_ID"), None)
+            info = elf.get_section_by_name(".debug_info")
+            link = elf.get_section_by_name(".gnu_debuglink")
+            assert ours.build_id() == build_id, binary
+            assert ours.has_dwarf == (info is not None and info.header.sh_type != "SHT_NOBITS"), binary
+            assert (ours.debuglink() or ("",))[0] == (link.data().split(b"\0")[0].decode() if link else ""), binary
+            assert list(ours.sections) == [s.name for s in elf.iter_sections()], binary
+    assert locate.ElfSections(stripped).debuglink()[0] == "stripped.debug"
+    with pytest.raises(locate.NotElf):
+        locate.ElfSections(Path(__file__))

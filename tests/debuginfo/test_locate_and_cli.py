@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from debuginfo_helpers import perf_probe
+
 from kprobe_tui.debuginfo import locate
 from kprobe_tui.debuginfo.index import cache_dir
 from kprobe_tui.debuginfo.lines import LineSpec, find_line_range, render
@@ -161,3 +161,42 @@ def test_line_ranges_are_answered_from_the_index_the_second_time(programs, monke
     second = find_line_range(again, LineSpec.parse("total_area:2-9"))
     assert (second.path, second.offset, second.lines) == (first.path, first.offset, first.lines)
     assert render(again, second) == render(open_debuginfo(binary=binary), first)
+
+
+def test_vars_listing_is_answered_from_the_index_the_second_time(programs, perf):
+    """A repeated `vars` prints perf's listing without parsing DWARF: pyelftools is not even imported."""
+    binary = str(programs[("O2", 5)])
+    expected = perf_probe("-x", binary, "-V", "count_ready").stdout
+    probe = ("import sys; from kprobe_tui.cli import main; code = main(sys.argv[1:]); "
+             "sys.stderr.write(repr(sorted(m for m in sys.modules if m.startswith('elftools'))[:1]))")
+    runs = [subprocess.run([sys.executable, "-c", probe, "vars", "-x", binary, "count_ready"],
+                           capture_output=True, text=True, check=True) for _ in range(2)]
+    assert [run.stdout for run in runs] == [expected, expected]
+    assert [run.stderr for run in runs] == ["['elftools']", "[]"]
+
+
+def test_warm_lines_import_neither_pyelftools_nor_other_commands(programs, tmp_path):
+    """Start-up is most of a warm query: a command loads only its own module and what it uses."""
+    binary = str(programs[("O2", 5)])
+    loaded = ("import sys; from kprobe_tui.cli import main; main(sys.argv[1:]); "
+              "print(sorted(m for m in sys.modules if m.startswith(('elftools', 'textual', 'psutil', "
+              "'kprobe_tui.kernel', 'kprobe_tui.probes', 'kprobe_tui.stream', 'kprobe_tui.commands.'))))")
+    runs = [subprocess.run([sys.executable, "-c", loaded, "lines", "-x", binary, "count_ready"],
+                           capture_output=True, text=True, cwd=tmp_path, check=True) for _ in range(2)]
+    cold, warm = (run.stdout.splitlines()[-1] for run in runs)
+    assert "'elftools.elf.elffile'" in cold
+    assert warm == "['kprobe_tui.commands.lines']"
+
+
+def test_help_lists_every_command_and_each_command_has_its_own():
+    from kprobe_tui.cli import COMMAND_NAMES, COMMANDS
+
+    listing = cli("--help")
+    assert listing.returncode == 0
+    for module in COMMANDS:
+        name = COMMAND_NAMES.get(module, module)
+        assert f"\n    {name} " in listing.stdout, name
+        own = cli(name, "--help")
+        assert own.returncode == 0 and own.stdout.startswith(f"usage: kprobe-tui {name} "), name
+    wrong = cli("nonesuch")
+    assert wrong.returncode == 2 and "invalid choice: 'nonesuch'" in wrong.stderr

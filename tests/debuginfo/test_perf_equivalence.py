@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from debuginfo_helpers import C_DIR, VARIANTS, perf_probe
+
 from kprobe_tui.debuginfo.describe import format_points
 from kprobe_tui.debuginfo.lines import LineSpec, find_line_range, render
 from kprobe_tui.debuginfo.scope import ProbeSpec, open_debuginfo

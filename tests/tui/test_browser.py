@@ -103,23 +103,6 @@ async def test_detail_explains_a_blacklisted_function():
         assert "bool do_int3(struct pt_regs *regs)" in detail  # as arch/x86/kernel/traps.c declares it
 
 
-def test_browser_at_80x24_matches_snapshot(snap_compare):
-    """The browser on Debian 6.1's captured data, filtered to tcp_v4 functions, cursor moved."""
-
-    async def interact(pilot):
-        await _loaded(pilot)
-        for _ in range(100):
-            if pilot.app.catalog.details_ready:
-                break
-            await pilot.pause(0.05)
-        await pilot.press("slash", *"tcp_v4_", "enter", "down", "down")
-        await pilot.pause()
-
-    app = _app_on_snapshot()
-    app.sub_title = "snapshot of 6.1.0-57-amd64"  # fixed: the subtitle would otherwise name a temp dir
-    assert snap_compare(app, terminal_size=(80, 24), run_before=interact)
-
-
 async def test_enter_opens_the_source_of_a_user_function(tmp_path, monkeypatch):
     """-x mode: the browser lists the program's functions; Enter shows its probeable lines."""
     import subprocess

@@ -1,4 +1,4 @@
-"""The events screen under Pilot: follow, pause, filter, detail, a flood, and an 80x24 snapshot."""
+"""The events screen under Pilot: follow, pause, filter, detail and a flood."""
 
 from __future__ import annotations
 
@@ -180,9 +180,3 @@ async def test_replay_filter_and_one_column_per_argument():
         await pilot.press("home")
         assert table.render_line(1).text.split()[:7] == ["+0.000009", "1", "a-b", "c", "8189", "ev", "100"]
 
-
-def test_snapshot_80x24(snap_compare):
-    async def show_detail(pilot):
-        await pilot.press("home", "down", "d")
-
-    assert snap_compare(replay_app(), terminal_size=(80, 24), run_before=show_detail)

@@ -21,6 +21,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Sparkline, Static
 
 from kprobe_tui.errors import UserError
+from kprobe_tui.kernel.access import tail_denied
 from kprobe_tui.kernel.tracefs import Tracefs
 from kprobe_tui.stream.export import export
 from kprobe_tui.stream.filterexpr import FilterError, compile_filter, parse
@@ -56,7 +57,7 @@ class EventsScreen(Screen):
     EventsScreen .rate { height: 1; }
     EventsScreen .rate-label { width: 30; padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis; }
     EventsScreen .rate Sparkline { width: 1fr; height: 1; }
-    EventsScreen #detail { height: 9; border-top: solid $primary 40%; display: none; padding: 0 1; }
+    EventsScreen #detail { height: 35%; min-height: 9; border-top: solid $primary 40%; display: none; padding: 0 1; }
     EventsScreen #detail.shown { display: block; }
     """
     BINDINGS = [
@@ -83,6 +84,7 @@ class EventsScreen(Screen):
         self.garbled = 0
         self.new_since_follow = 0
         self.finished = False
+        self.stopped_because = ""
         self.rates: dict[str, deque[float]] = {}
         self._second_counts: dict[str, int] = {}
         self._second_start = time.monotonic()
@@ -117,7 +119,14 @@ class EventsScreen(Screen):
             except UserError as exc:
                 self.session = None
                 self.finished = True
-                self.notify(str(exc), title="Cannot tail", severity="error", timeout=30)
+                denied = tail_denied(self.tracefs.root) if self.tracefs.writable else None
+                if denied:  # say why in plain words, and what to do instead
+                    self.stopped_because = f"tailing is not permitted: {denied}"
+                    command = " ".join(["sudo kprobe-tui tail", *(self.patterns or [])])
+                    self.notify(f"{self.stopped_because}. An administrator can tail with: {command}",
+                                title="Cannot tail", severity="error", timeout=30)
+                else:
+                    self.notify(str(exc), title="Cannot tail", severity="error", timeout=30)
         table.rows_changed()
         self._show_status()
 
@@ -185,7 +194,7 @@ class EventsScreen(Screen):
         table = self.query_one(EventTable)
         parts.append("following" if table.following else f"{self.new_since_follow:,} new (End: follow)")
         if self.finished:
-            parts.append("stopped")
+            parts.append(self.stopped_because or "stopped")
         elif self.session is None:
             parts.append("replay")
         elif self.session.paused:

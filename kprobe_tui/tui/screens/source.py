@@ -1,21 +1,27 @@
 """A function's source with its probeable lines, and the variables of the line under the cursor.
 
 The DWARF work runs in worker threads (a kernel unit takes a fraction of a second); the screen
-only shows what the debuginfo core returns, or its UserError in plain words.
+only shows what the debuginfo core returns. Without DWARF (the usual kernel: no debug vmlinux
+installed) it falls back to the prototype from BTF, says in plain words what is missing, and
+still offers entry and return probes, whose arguments BTF names.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
+from rich.style import Style
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Button, Footer, Static
 
 from kprobe_tui.debuginfo.describe import format_points
 from kprobe_tui.debuginfo.lines import LineSpec, find_line_range, source_text
@@ -36,37 +42,80 @@ class DebugTarget:
         return open_debuginfo(binary=self.binary, vmlinux=self.vmlinux, source_dir=self.source_dir)
 
 
-class SourceScreen(Screen):
-    """Opened from the function browser with (debug-info target, function name)."""
+def clickable_variables(listing: str, capturable: set[str]) -> Text:
+    """perf -V's listing with each capturable variable's name a link that captures it in the builder.
 
-    BINDINGS = [
+    A variable row is ``\\t\\t[mark]TYPE\\tNAME[\\tWHERE]`` (describe.format_points)."""
+    text = Text()
+    for row in listing.splitlines(keepends=True):
+        fields = row.rstrip("\n").split("\t")
+        if len(fields) > 3 and fields[0] == fields[1] == "" and fields[3] in capturable:
+            start = len(text) + len("\t".join(fields[:3])) + 1
+            text.append(row)
+            link = Style(underline=True, meta={"@click": f"screen.probe_variable({fields[3]!r})"})
+            text.stylize(link, start, start + len(fields[3]))
+        else:
+            text.append(row)
+    text.expand_tabs(4)  # in place, keeping the links
+    return text
+
+
+class SourceScreen(Screen):
+    """Opened from the function browser with (debug-info target, function name).
+
+    ``symbol`` is the name probes attach to (a clone such as ``foo.isra.0`` shows ``foo``'s source);
+    ``prototype`` is asked, off the UI thread, only when there is no DWARF to show."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "app.pop_screen", "Back"),
-        Binding("enter", "probe_line", "Probe this line"),
+        Binding("enter", "probe_here", "Probe"),
+        Binding("r", "probe_function('return')", "Return"),
+        Binding("a", "probe_all_variables", "All vars"),
         Binding("v", "toggle_verbose", "Where vars live"),
     ]
     DEFAULT_CSS = """
     SourceScreen #source-title { height: auto; padding: 0 1; background: $boost; }
     SourceScreen #source-body { height: 1fr; }
     SourceScreen SourceView { width: 2fr; }
-    SourceScreen #vars-pane { width: 1fr; min-width: 30; border-left: solid $primary; padding: 0 1; }
+    SourceScreen #vars-pane { width: 1fr; min-width: 24; border-left: solid $primary; padding: 0 1; }
+    SourceScreen #fallback { height: 1fr; padding: 1 2; display: none; }
+    SourceScreen #prototype { height: auto; text-style: bold; margin-bottom: 1; }
+    SourceScreen #missing { height: auto; }
+    SourceScreen #kind-buttons { height: 1; margin-top: 1; }
+    SourceScreen #kind-buttons Button { margin-right: 2; }
     """
 
     class ProbeLine(Message):
-        """Enter on a probeable line: build a probe there (``line`` counts from the function's first line)."""
+        """Enter or a click on a probeable line: build a probe there (``line`` counts from the
+        function's first line); ``variable``: a variable of the pane to capture."""
 
-        def __init__(self, function: str, line: int) -> None:
+        def __init__(self, function: str, line: int, variable: str | None = None) -> None:
             super().__init__()
             self.function = function
             self.line = line
+            self.variable = variable
 
-    def __init__(self, target: DebugTarget, function: str) -> None:
+    class ProbeFunction(Message):
+        """Entry or Return: a probe on the function itself (``kind`` is ``entry`` or ``return``)."""
+
+        def __init__(self, function: str, kind: str) -> None:
+            super().__init__()
+            self.function = function
+            self.kind = kind
+
+    def __init__(self, target: DebugTarget, function: str, *, symbol: str | None = None,
+                 prototype: Callable[[], str | None] | None = None) -> None:
         super().__init__()
         self.target = target
         self.function = function
+        self.symbol = symbol or function
+        self._prototype = prototype
         self.info: DebugInfo | None = None
+        self.fallback = False  # no DWARF: the prototype and Entry / Return instead of source
         self.decl_line = 0
         self.verbose = False
         self.cursor_line = 0
+        self.capturable: list[str] = []  # the cursor line's variables perf can fetch
         # pyelftools reads through shared stream positions: one DWARF question at a time, even
         # when a quick cursor leaves an earlier (uncancellable) thread worker still running
         self._dwarf_lock = threading.Lock()
@@ -76,11 +125,17 @@ class SourceScreen(Screen):
         with Horizontal(id="source-body"):
             yield SourceView(id="source")
             with VerticalScroll(id="vars-pane"):
-                yield Static("", id="vars", markup=False)
+                yield Static("", id="vars")
+        with Vertical(id="fallback"):
+            yield Static("", id="prototype", markup=False)
+            yield Static("", id="missing", markup=False)
+            with Horizontal(id="kind-buttons"):
+                yield Button("Entry probe", id="entry", variant="primary", compact=True)
+                yield Button("Return probe", id="return", compact=True)
         yield Footer()
 
     def on_mount(self) -> None:
-        self.load()
+        self.load()  # once: a screen popped back to keeps what it read
 
     @work(thread=True, exclusive=True, group="source")
     def load(self) -> None:
@@ -89,19 +144,46 @@ class SourceScreen(Screen):
             found = find_line_range(info, LineSpec.parse(self.function))
             text = source_text(info, found)
         except UserError as error:
-            self.app.call_from_thread(self._show_error, str(error))
+            prototype = self._prototype() if self._prototype is not None else None
+            self.app.call_from_thread(self._show_fallback, error, prototype)
             return
         self.app.call_from_thread(self._show_source, info, found, text)
 
-    def _show_error(self, message: str) -> None:
-        self.query_one("#source-title", Static).update(f"No source view for {self.function}: {message}")
+    def _show_fallback(self, error: UserError, prototype: str | None) -> None:
+        """What can still be probed without DWARF, and what would bring the source view."""
+        self.fallback = True
+        kernel = self.target.binary is None
+        self.query_one("#source-title", Static).update(
+            Text(f"No source view for {self.function}: {error.message}"))
+        self.query_one("#source-body").display = False
+        self.query_one("#fallback").display = True
+        if prototype:
+            self.query_one("#prototype", Static).update(prototype)
+            where = "BTF" if kernel else "the symbol table and DWARF"
+            still = (f"Entry and return probes still work, with the arguments by their names from {where} "
+                     "(in the builder: a parameter, ptr->member, name:string) and $retval on return.")
+        else:
+            self.query_one("#prototype", Static).update(
+                f"{self.symbol}  ({'no prototype: not in BTF' if kernel else 'no debug info: registers only'})")
+            still = ("Entry and return probes still work, capturing registers (%di, %si, %dx, … or $arg1, $arg2, …) "
+                     "and $retval on return.")
+        hint = f"\n\nFor the source view and line probes: {error.hint}" if error.hint else ""
+        self.query_one("#missing", Static).update(f"{still}{hint}\n\nenter: entry probe   r: return probe   escape: back")
+        self.query_one("#entry", Button).focus()
+        self.refresh_bindings()  # no variables to list or explain
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("probe_all_variables", "toggle_verbose"):
+            return not self.fallback
+        return True
 
     def _show_source(self, info, found, text) -> None:
         self.info, self.decl_line = info, found.offset
-        title = f"{self.function} in {text.path}  ({len(found.lines)} probeable lines: n/p to jump, v for details)"
+        title = (f"{self.function}  {text.path}\n{len(found.lines)} probeable lines (n/p): enter or a click on "
+                 "a number probes one, a click on a variable captures it")
         if text.note:
             title += f"\n{text.note}"
-        self.query_one("#source-title", Static).update(title)
+        self.query_one("#source-title", Static).update(Text(title))
         view = self.query_one(SourceView)
         if text.lines is None:  # no source text: the numbers alone, still probeable
             last = max(found.lines, default=0)
@@ -115,6 +197,7 @@ class SourceScreen(Screen):
     @on(SourceView.CursorMoved)
     def _cursor_moved(self, message: SourceView.CursorMoved) -> None:
         self.cursor_line = message.line
+        self.capturable = []
         if not message.probeable:
             self.query_one("#vars", Static).update(
                 f"Line {message.line} has no probe point of its own.\nn / p jump to the next probeable line.")
@@ -125,25 +208,59 @@ class SourceScreen(Screen):
     @work(thread=True, exclusive=True, group="vars")
     def load_variables(self, line: int) -> None:
         spec = ProbeSpec(self.function, line=line - self.decl_line)
+        capturable: list[str] = []
         with self._dwarf_lock:
             if line != self.cursor_line:
                 return  # the cursor moved on while we waited
             try:
-                text = format_points(spec, self.info.probe_points(spec), verbose=self.verbose)
+                points = self.info.probe_points(spec)
+                text = format_points(spec, points, verbose=self.verbose)
+                capturable = sorted({v.name for point in points for v in point.variables if v.listed_by_perf})
             except UserError as error:
                 text = str(error)
-        self.app.call_from_thread(self._show_variables, line, text)
+        self.app.call_from_thread(self._show_variables, line, text, capturable)
 
-    def _show_variables(self, line: int, text: str) -> None:
+    def _show_variables(self, line: int, text: str, capturable: list[str]) -> None:
         if line == self.cursor_line:
-            self.query_one("#vars", Static).update(text.expandtabs(4))
+            self.capturable = capturable
+            self.query_one("#vars", Static).update(clickable_variables(text, set(capturable)))
 
-    def action_probe_line(self) -> None:
+    # --- actions ----------------------------------------------------------------------------
+
+    def _probe_line(self, line: int, variable: str | None = None) -> None:
         """The builder, set up for a line probe here (numbered from the function's first line, as perf -L)."""
-        if self.info is None or self.cursor_line not in self.query_one(SourceView).probeable:
+        if self.info is None or line not in self.query_one(SourceView).probeable:
             self.notify("This line has no probe point of its own: n / p jump to one that has.", severity="warning")
             return
-        self.post_message(self.ProbeLine(self.function, self.cursor_line - self.decl_line))
+        self.post_message(self.ProbeLine(self.function, line - self.decl_line, variable))
+
+    def action_probe_here(self) -> None:
+        if self.fallback:
+            self.action_probe_function("entry")
+        else:
+            self._probe_line(self.cursor_line)
+
+    @on(SourceView.ProbeRequested)
+    def _line_clicked(self, message: SourceView.ProbeRequested) -> None:
+        self._probe_line(message.line)
+
+    def action_probe_variable(self, name: str) -> None:
+        """A click on a variable in the pane: a line probe here capturing it."""
+        self._probe_line(self.cursor_line, name)
+
+    def action_probe_all_variables(self) -> None:
+        if not self.capturable:
+            self.notify("No capturable variable at this line.", severity="warning")
+            return
+        self._probe_line(self.cursor_line, " ".join(self.capturable))
+
+    @on(Button.Pressed, "#entry")
+    @on(Button.Pressed, "#return")
+    def _kind_pressed(self, event: Button.Pressed) -> None:
+        self.action_probe_function(event.button.id)
+
+    def action_probe_function(self, kind: str) -> None:
+        self.post_message(self.ProbeFunction(self.symbol, kind))
 
     def action_toggle_verbose(self) -> None:
         self.verbose = not self.verbose

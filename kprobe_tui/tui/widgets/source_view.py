@@ -1,12 +1,17 @@
 """A source file on Textual's Line API, probeable lines numbered and highlighted as `perf probe -L`.
 
 Only the visible rows are rendered, so a 3,000-line kernel file scrolls as fast as a short one.
+A click moves the cursor; a click on a probeable line's number, or a double click on its text,
+asks for a probe there (the mouse twin of Enter).
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.segment import Segment
-from textual.binding import Binding
+from textual import events
+from textual.binding import Binding, BindingType
 from textual.geometry import Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
@@ -18,7 +23,7 @@ NUMBER_WIDTH = 9  # perf's "%7d  " column
 class SourceView(ScrollView, can_focus=True):
     """Rows are source lines (1-based); probeable ones carry perf's number relative to ``number_base``."""
 
-    COMPONENT_CLASSES = {"source-view--probeable", "source-view--number", "source-view--cursor",
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"source-view--probeable", "source-view--number", "source-view--cursor",
                          "source-view--dim"}
     DEFAULT_CSS = """
     SourceView > .source-view--probeable { color: $text; text-style: bold; }
@@ -27,7 +32,7 @@ class SourceView(ScrollView, can_focus=True):
     SourceView > .source-view--cursor { background: $primary 40%; }
     SourceView:focus > .source-view--cursor { background: $primary 65%; }
     """
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("up,k", "move(-1)", "Up", show=False),
         Binding("down,j", "move(1)", "Down", show=False),
         Binding("pageup", "page(-1)", "Page up", show=False),
@@ -44,12 +49,20 @@ class SourceView(ScrollView, can_focus=True):
             self.line = line
             self.probeable = probeable
 
+    class ProbeRequested(Message):
+        """A click on a probeable line's number, or a double click on the line (absolute, 1-based)."""
+
+        def __init__(self, line: int) -> None:
+            super().__init__()
+            self.line = line
+
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.texts: list[str] = []
         self.probeable: set[int] = set()
         self.number_base = 0
         self.cursor = 1
+        self._centre_pending = False
 
     def show(self, texts: list[str], probeable: set[int], offset: int, cursor: int) -> None:
         """Show a file (lines without endings) and put the cursor on ``cursor``."""
@@ -59,8 +72,16 @@ class SourceView(ScrollView, can_focus=True):
         widest = max((len(text) for text in self.texts), default=0)
         self.virtual_size = Size(widest + NUMBER_WIDTH, len(self.texts))
         self.cursor = 0
-        self._move_to(cursor, center=True)
+        self._move_to(cursor)
+        # centred once the new virtual size is laid out (before that, scrolling is clamped to the old
+        # one), and again on a resize until the user moves
+        self._centre_pending = True
+        self.call_after_refresh(self._scroll_to_cursor, True)
         self.refresh()
+
+    def on_resize(self) -> None:
+        if self._centre_pending:
+            self._scroll_to_cursor(True)
 
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
@@ -81,14 +102,21 @@ class SourceView(ScrollView, can_focus=True):
         strip = Strip([number, Segment(self.texts[line - 1], text_style)])
         return strip.extend_cell_length(scroll_x + width, base).crop(scroll_x, scroll_x + width)
 
-    def _move_to(self, line: int, center: bool = False) -> None:
+    def _move_to(self, line: int) -> None:
+        self._centre_pending = False
         if not self.texts:
             return
         line = max(1, min(line, len(self.texts)))
         if line == self.cursor:
             return
-        previous, self.cursor = self.cursor, line
-        height = max(1, self.scrollable_content_region.height)
+        self.cursor = line
+        self._scroll_to_cursor()
+        self.refresh()
+        self.post_message(self.CursorMoved(line, line in self.probeable))
+
+    def _scroll_to_cursor(self, center: bool = False) -> None:
+        """The cursor's row in view: a third from the top when ``center``, else scrolled just enough."""
+        line, height = self.cursor, max(1, self.scrollable_content_region.height)
         top = int(self.scroll_offset.y)
         if center:
             self.scroll_to(y=max(0, line - 1 - height // 3), animate=False, immediate=True)
@@ -96,9 +124,6 @@ class SourceView(ScrollView, can_focus=True):
             self.scroll_to(y=line - 1, animate=False, immediate=True)
         elif line - 1 >= top + height:
             self.scroll_to(y=line - height, animate=False, immediate=True)
-        self.refresh_line(previous - 1 - top)
-        self.refresh()
-        self.post_message(self.CursorMoved(line, line in self.probeable))
 
     def action_move(self, delta: int) -> None:
         self._move_to(self.cursor + delta)
@@ -111,3 +136,12 @@ class SourceView(ScrollView, can_focus=True):
         later = [n for n in candidates if (n - self.cursor) * direction > 0]
         if later:
             self._move_to(later[0] if direction > 0 else later[-1])
+
+    def on_click(self, event: events.Click) -> None:
+        line = int(self.scroll_offset.y) + event.y + 1
+        if not self.texts or line > len(self.texts):
+            return
+        self._move_to(line)
+        on_number = int(self.scroll_offset.x) + event.x < NUMBER_WIDTH
+        if line in self.probeable and (on_number or event.chain >= 2):
+            self.post_message(self.ProbeRequested(line))

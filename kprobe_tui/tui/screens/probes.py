@@ -1,0 +1,464 @@
+"""The probes panel: every dynamic event on the system, ours marked, with live hit counts.
+
+Counts come from ``kprobe_profile``/``uprobe_profile``, read once a second off the UI thread;
+only the cells that changed are redrawn. Ours (this run's group and the persistent one) can be
+switched on and off in this run's trace instance, edited (recreated through the builder),
+deleted and tailed. Others' probes are read-only: deleting or editing one needs the same key a
+second time, on purpose. In lab mode everything that writes is refused with the reason and the
+command an administrator would run.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.widgets import Button, DataTable, Footer, Input, Static
+
+from kprobe_tui.errors import UserError
+from kprobe_tui.kernel import lifetime
+from kprobe_tui.kernel.access import Access
+from kprobe_tui.kernel.events import (
+    OTHER_RUN,
+    OTHERS,
+    PERSISTENT,
+    STALE,
+    THIS_RUN,
+    DynamicEvent,
+    Events,
+)
+from kprobe_tui.kernel.profile import ProbeHits, rates, read_hits
+from kprobe_tui.kernel.tracefs import Tracefs
+from kprobe_tui.probes.compile import ElfSymbols
+from kprobe_tui.probes.spec import DEFAULT_PERSISTENT_GROUP
+from kprobe_tui.tui.screens.builder import ProbeBuilderScreen
+from kprobe_tui.tui.screens.events import EventsScreen
+
+REFRESH_SECONDS = 1.0
+OURS = (THIS_RUN, PERSISTENT)
+EDITABLE_KINDS = "prf"  # what the builder makes: kprobes, uprobes, fprobes (and their return forms)
+COLUMNS = (("mark", ""), ("name", "group/event"), ("kind", "kind"), ("hits", "hits"), ("rate", "/s"),
+           ("misses", "miss"), ("on", "on"))
+_OWNER_WORDS = {THIS_RUN: "this run (removed on exit)", PERSISTENT: "kprobe-tui (kept until del)",
+                OTHER_RUN: "another running kprobe-tui", STALE: "a kprobe-tui run that died (kprobe-tui cleanup)",
+                OTHERS: "someone else"}
+
+
+def kind_of(event: DynamicEvent) -> str:
+    """The probe kind in words, from its prefix and place."""
+    if event.prefix in "pr":
+        side = "u" if event.is_uprobe else "k"
+        return f"{side}{'retprobe' if event.prefix == 'r' else 'probe'}"
+    if event.prefix == "f":
+        return "fexit" if "%return" in event.definition.split(" ", 2)[1] else "fprobe"
+    return {"t": "tprobe", "e": "eprobe", "s": "synth"}.get(event.prefix, event.prefix)
+
+
+@dataclass(frozen=True)
+class EditTarget:
+    """What the builder can be prefilled with from a probe's definition, and what is lost."""
+
+    function: str
+    binary: str | None
+    kind: str  # a builder kind: entry, return, offset, fprobe, fprobe_exit
+    number: str
+    args: str
+    lost: tuple[str, ...]
+
+
+def edit_target(event: DynamicEvent, top_filter: str = "") -> EditTarget:
+    """Read back a definition into builder fields; a UserError when the builder cannot make it."""
+    if event.prefix not in EDITABLE_KINDS:
+        raise UserError(f"{event.full_name} is a {kind_of(event)}: the builder makes kprobes, uprobes and fprobes only")
+    words = event.definition.split()
+    place, args = words[1], " ".join(words[2:])
+    lost = ["its name (the builder picks a free one in this run's group)"]
+    if event.group != lifetime.run_name():
+        lost.append(f"its group {event.group}: the new probe is this run's (Pin keeps it after exit)")
+    if top_filter and top_filter != "none":
+        lost.append(f"its filter ({top_filter}): type it again")
+    if event.prefix == "f":
+        function = place.removesuffix("%return")
+        return EditTarget(function, None, "fprobe_exit" if place.endswith("%return") else "fprobe", "", args, tuple(lost))
+    kind = "return" if event.prefix == "r" else "entry"
+    if event.is_uprobe:
+        binary, _, offset_text = place.rpartition(":")
+        try:
+            offset = int(offset_text.split("(", 1)[0], 16)
+        except ValueError:
+            raise UserError(f"{event.full_name}: cannot read its place {place!r}", "build it again from the function list") from None
+        symbols = ElfSymbols(binary)
+        function, into = next(((sym.name, offset - sym.file_offset) for same in symbols.functions.values() for sym in same
+                               if sym.file_offset <= offset < sym.file_offset + max(sym.size, 1)), (None, 0))
+        if function is None:
+            raise UserError(f"0x{offset:x} is in no function of {binary}", "build a new probe from the function list")
+    else:
+        binary = None
+        function, _, into_text = place.partition("+")
+        if function.startswith("0x"):
+            raise UserError(f"{event.full_name} is placed by address ({function})", "build it again from the function list")
+        into = int(into_text or "0", 0)
+    if into and kind == "entry":
+        lost.append("its source line, if it had one: it comes back as an offset into the function")
+        return EditTarget(function, binary, "offset", f"+{into}", args, tuple(lost))
+    return EditTarget(function, binary, kind, "", args, tuple(lost))
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One reading of the kernel, taken off the UI thread."""
+
+    events: list[DynamicEvent]
+    hits: dict[str, ProbeHits]
+    enabled: dict[str, str]  # group/event -> "top", "run", "top+run" or ""
+    taken: float
+
+
+def _enabled_in(buffer: Path) -> set[str]:
+    """``group/event`` of every event on in a buffer (empty when there is no such buffer or it is not readable)."""
+    try:
+        return {line.strip().replace(":", "/", 1) for line in (buffer / "set_event").read_text().splitlines()}
+    except OSError:
+        return set()
+
+
+class EditBuilder(ProbeBuilderScreen):
+    """The builder prefilled from a probe; Create makes the new one, then the old one is deleted."""
+
+    def __init__(self, replaces: DynamicEvent, events: Events, target: EditTarget, **kwargs) -> None:
+        super().__init__(target.function, binary=target.binary, variable=target.args, kind=target.kind, **kwargs)
+        self.replaces: DynamicEvent | None = replaces
+        self.old_events = events
+        self.target = target
+        if target.kind not in self.kinds:  # an fprobe where fprobes are gone: the nearest kind
+            self.initial_kind = "return" if target.kind == "fprobe_exit" else "entry"
+        self.initial_number = target.number
+
+    def on_mount(self) -> None:
+        self.notify(f"editing {self.replaces.full_name}; not carried over: " + "; ".join(self.target.lost), title="Edit",
+                    timeout=10)
+
+    def on_probe_builder_screen_created(self, message: ProbeBuilderScreen.Created) -> None:
+        """The app tails the new probe after this; the replaced one goes first."""
+        if self.replaces is None:
+            return
+        try:
+            self.old_events.delete(self.replaces)
+        except UserError as exc:
+            self.notify(f"created, but the old probe stays: {exc}", severity="error", timeout=15)
+            return
+        self.notify(f"{self.replaces.full_name} replaced by {', '.join(message.events)}", title="Edited")
+        self.replaces = None
+
+
+class ProbesScreen(Screen):
+    """All dynamic events, ours marked; ``access`` says whether this user may change anything."""
+
+    DEFAULT_CSS = """
+    ProbesScreen #status { height: 1; padding: 0 1; background: $panel; text-wrap: nowrap; text-overflow: ellipsis; }
+    ProbesScreen #filter-bar { height: 1; }
+    ProbesScreen #filter-prompt { width: 3; padding: 0 1; color: $accent; }
+    ProbesScreen #filter { width: 1fr; height: 1; border: none; padding: 0; }
+    ProbesScreen DataTable { height: 1fr; }
+    ProbesScreen #detail { height: 5; padding: 0 1; border-top: solid $primary 40%; }
+    ProbesScreen #message { height: auto; max-height: 2; padding: 0 1; }
+    ProbesScreen #message.error { color: $error; }
+    ProbesScreen #message.warning { color: $warning; }
+    ProbesScreen #actions { height: 1; }
+    ProbesScreen #actions Button { margin-right: 1; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("slash", "focus_filter", "Filter"),
+        Binding("space", "toggle", "On/off"),
+        Binding("t", "tail", "Tail"),
+        Binding("e", "events", "Events", show=False),
+        Binding("b", "edit", "Edit"),
+        Binding("d,delete", "delete", "Delete"),
+        Binding("escape", "back", "Back"),
+    ]
+
+    def __init__(self, tracefs: Tracefs, access: Access | None = None) -> None:
+        super().__init__()
+        self.tracefs = tracefs
+        self.events = Events(tracefs)
+        self.access = access
+        self.sample: Sample | None = None
+        self.previous: Sample | None = None
+        self.shown: dict[str, tuple] = {}  # group/event -> the cells on screen
+        self.filter_text = ""
+        self._insisting: tuple[str, str] | None = None  # (action, group/event) awaiting its second press
+
+    def compose(self) -> ComposeResult:
+        yield Static("reading dynamic events…", id="status")
+        with Horizontal(id="filter-bar"):
+            yield Static("/", id="filter-prompt")
+            yield Input(placeholder="filter: part of group/event, kind or binary", id="filter")
+        yield DataTable(cursor_type="row", zebra_stripes=True)
+        yield Static("", id="detail")
+        yield Static("", id="message")
+        with Horizontal(id="actions"):
+            yield Button("On/off", id="toggle", compact=True)
+            yield Button("Tail", id="tail", compact=True)
+            yield Button("Edit", id="edit", compact=True)
+            yield Button("Delete", id="delete", variant="error", compact=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._reset_table()
+        self.query_one(DataTable).focus()
+        self.refresh_sample()
+        self.set_interval(REFRESH_SECONDS, self.refresh_sample)
+
+    # --- reading (worker thread) -------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="sample")
+    def refresh_sample(self) -> None:
+        sample = self.read_sample()
+        self.app.call_from_thread(self.show_sample, sample)
+
+    def read_sample(self) -> Sample:
+        try:
+            events = self.events.list()
+        except UserError as exc:
+            self.app.call_from_thread(self._say, str(exc), "error")
+            events = []
+        # set_event lists what is on in a buffer: one read each instead of an enable file per event
+        on_in = {label: _enabled_in(root) for label, root in (
+            ("top", self.tracefs.root), ("run", self.tracefs.path(f"instances/{lifetime.run_name()}")))}
+        enabled = {event.full_name: "+".join(label for label, names in on_in.items() if event.full_name in names)
+                   for event in events}
+        return Sample(events, read_hits(self.tracefs), enabled, time.monotonic())
+
+    # --- showing (UI thread) -------------------------------------------------------------------------
+
+    def show_sample(self, sample: Sample) -> None:
+        if not self.is_attached:
+            return
+        self.previous, self.sample = self.sample, sample
+        per_second = rates(self.previous.hits, sample.hits, sample.taken - self.previous.taken) if self.previous else {}
+        table = self.query_one(DataTable)
+        selected = self.current()
+        wanted = {event.full_name: self._cells(event, sample, per_second) for event in sample.events
+                  if self._matches(event)}
+        for name in [name for name in self.shown if name not in wanted]:
+            table.remove_row(name)
+            del self.shown[name]
+        added = False
+        for name, cells in wanted.items():
+            if name not in self.shown:
+                table.add_row(*cells, key=name)
+                added = True
+            else:
+                for (key, _label), old, new in zip(COLUMNS, self.shown[name], cells):
+                    if old != new:
+                        table.update_cell(name, key, new)
+            self.shown[name] = cells
+        if added:  # a new event sorts among the others
+            table.sort("name", key=lambda name: name.plain)
+        if selected is not None and selected.full_name in self.shown:  # the cursor stays on its probe
+            table.move_cursor(row=table.get_row_index(selected.full_name), animate=False)
+        ours = sum(1 for event in sample.events if event.owner in OURS and event.full_name in wanted)
+        matching = f" matching {self.filter_text!r}" if self.filter_text else ""
+        mode = f" │ LAB MODE: {self.access.reason}" if self.access and self.access.lab else ""
+        self.query_one("#status", Static).update(
+            f"{len(wanted)} probes{matching} · {ours} ours (● = {lifetime.run_name()} or {DEFAULT_PERSISTENT_GROUP})"
+            f"{mode}")
+        self._show_detail()
+
+    def _reset_table(self) -> None:
+        table = self.query_one(DataTable)
+        table.clear(columns=True)
+        for key, label in COLUMNS:
+            table.add_column(label, key=key)
+        self.shown = {}
+
+    def _cells(self, event: DynamicEvent, sample: Sample, per_second: dict[str, float]) -> tuple:
+        hits = sample.hits.get(event.full_name)
+        ours = event.owner in OURS
+        rate = per_second.get(event.full_name)
+        return (
+            Text("●" if ours else "·", style="bold green" if ours else "dim"),
+            Text(event.full_name, style="bold" if ours else ""),
+            kind_of(event),
+            Text(f"{hits.hits:,}" if hits else "-", justify="right"),
+            Text(f"{rate:,.0f}" if rate else "", justify="right"),  # blank when idle: quieter, steadier
+            Text(str(hits.misses) if hits and hits.misses is not None else "-", justify="right"),
+            sample.enabled.get(event.full_name) or "off",
+        )
+
+    def _matches(self, event: DynamicEvent) -> bool:
+        text = self.filter_text.lower()
+        return not text or text in event.full_name.lower() or text in kind_of(event) or text in event.definition.lower()
+
+    def current(self) -> DynamicEvent | None:
+        table = self.query_one(DataTable)
+        if self.sample is None or not table.row_count:
+            return None
+        name = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        return next((event for event in self.sample.events if event.full_name == name), None)
+
+    @on(DataTable.RowHighlighted)
+    def _show_detail(self) -> None:
+        event = self.current()
+        detail = self.query_one("#detail", Static)
+        if event is None:
+            detail.update("no dynamic events" + ("" if not self.filter_text else " match the filter"))
+            return
+        hits = self.sample.hits.get(event.full_name) if self.sample else None
+        counted = (f"{hits.hits:,} hits" + (f", {hits.misses:,} missed" if hits.misses is not None else "")
+                   if hits else "no profile counts for this kind")
+        state = self.sample.enabled.get(event.full_name) if self.sample else ""
+        on_where = {"top": "on in the top-level buffer", "run": "on in this run's instance",
+                    "top+run": "on in the top-level buffer and this run's instance"}.get(state or "", "off")
+        detail.update(Text.assemble((event.definition, "bold"), "\n",
+                                    f"{kind_of(event)} of {_OWNER_WORDS[event.owner]} · {counted} · {on_where}"))
+
+    def _say(self, text: str, kind: str = "") -> None:
+        message = self.query_one("#message", Static)
+        message.set_classes(kind)
+        message.update(Text(text))
+
+    # --- filter ------------------------------------------------------------------------------------
+
+    def action_focus_filter(self) -> None:
+        self.query_one("#filter", Input).focus()
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self, message: Input.Changed) -> None:
+        self.filter_text = message.value.strip()
+        self._reset_table()  # columns as wide as what the filter leaves, not as what it hid
+        if self.sample is not None:
+            self.previous, sample = None, self.sample
+            self.show_sample(sample)
+
+    @on(Input.Submitted, "#filter")
+    def _filter_submitted(self) -> None:
+        self.query_one(DataTable).focus()
+
+    def action_back(self) -> None:
+        table = self.query_one(DataTable)
+        if not table.has_focus:
+            table.focus()
+        elif len(self.app.screen_stack) > 2:
+            self.app.pop_screen()
+
+    # --- actions -------------------------------------------------------------------------------------
+
+    def _writable(self, event: DynamicEvent, action: str, key: str, admin_command: str) -> bool:
+        """May ``action`` change ``event``? Lab mode: never; others' probes: on the second press."""
+        if self.access is not None and self.access.lab:
+            self._say(f"lab mode: {self.access.reason}. An administrator can run: {admin_command}", "error")
+            return False
+        if event.owner in OURS or self._insisting == (action, event.full_name):
+            self._insisting = None
+            return True
+        self._insisting = (action, event.full_name)
+        self._say(f"this probe belongs to group {event.group}, made by {_OWNER_WORDS[event.owner]}; "
+                  f"press {key} again to {action} it anyway", "warning")
+        return False
+
+    def _tailing_screen(self) -> EventsScreen | None:
+        """The events screen of this run that is recording, if one is open below us."""
+        return next((screen for screen in self.app.screen_stack
+                     if isinstance(screen, EventsScreen) and screen.session is not None and not screen.finished), None)
+
+    @on(Button.Pressed, "#toggle")
+    def action_toggle(self) -> None:
+        """On or off in this run's instance (the top-level buffer is shared and left alone)."""
+        event = self.current()
+        if event is None:
+            return
+        if self.access is not None and self.access.lab and not self.access.can_tail:
+            self._say(f"lab mode: recording is not permitted ({self.access.tail_reason})", "error")
+            return
+        events_screen = self._tailing_screen()
+        if events_screen is None:  # nothing records yet: tailing it is what switches it on
+            self.action_tail()
+            return
+        instance = events_screen.session.instance
+        group, name = event.group, event.event
+        try:
+            if (self.sample and "run" in self.sample.enabled.get(event.full_name, "")):
+                self.events.disable(group, name, where=instance.tracefs)
+                self._say(f"{event.full_name} off in {instance.name}")
+            else:
+                instance.enable(group, name)
+                if (group, name) not in events_screen.session.targets:
+                    events_screen.session.targets.append((group, name))
+                self._say(f"{event.full_name} on in {instance.name}: its events go to the events screen")
+        except UserError as exc:
+            self._say(str(exc), "error")
+        self.refresh_sample()
+
+    @on(Button.Pressed, "#tail")
+    def action_tail(self) -> None:
+        """The events screen on this probe: the one already recording (switched on there), or a new one."""
+        event = self.current()
+        if event is None:
+            return
+        if self.access is not None and not self.access.can_tail:
+            self._say(f"tailing is not permitted: {self.access.tail_reason}", "error")
+            return
+        events_screen = self._tailing_screen()
+        if events_screen is None:
+            self.app.push_screen(EventsScreen([event.full_name], self.tracefs))
+            return
+        if (event.group, event.event) not in events_screen.session.instance.enabled:
+            try:
+                events_screen.session.instance.enable(event.group, event.event)
+                events_screen.session.targets.append((event.group, event.event))
+            except UserError as exc:
+                self._say(str(exc), "error")
+                return
+        while self.app.screen is not events_screen:
+            self.app.pop_screen()
+
+    def action_events(self) -> None:
+        """Back to the events screen that records, rather than a second one (there is one instance per run)."""
+        events_screen = self._tailing_screen()
+        if events_screen is None:
+            self.app.action_tail_all()
+            return
+        while self.app.screen is not events_screen:
+            self.app.pop_screen()
+
+    @on(Button.Pressed, "#delete")
+    def action_delete(self) -> None:
+        event = self.current()
+        if event is None or not self._writable(event, "delete", "d", f"sudo kprobe-tui del {event.full_name}"):
+            return
+        try:
+            self.events.delete(event)  # disabled in every buffer of ours first
+        except UserError as exc:
+            self._say(str(exc), "error")
+            return
+        self._say(f"deleted {event.full_name}")
+        self.refresh_sample()
+
+    @on(Button.Pressed, "#edit")
+    def action_edit(self) -> None:
+        event = self.current()
+        if event is None:
+            return
+        try:
+            top_filter = self.tracefs.read(f"events/{event.group}/{event.event}/filter").strip()
+        except UserError:
+            top_filter = ""
+        try:
+            target = edit_target(event, top_filter)
+        except UserError as exc:
+            self._say(str(exc), "error")
+            return
+        if not self._writable(event, "edit", "b", f"sudo kprobe-tui del {event.full_name}, then create it anew"):
+            return
+        app = self.app
+        app.push_screen(EditBuilder(event, self.events, target, sources=getattr(app, "sources", None),
+                                    vmlinux=getattr(app, "vmlinux", None)))

@@ -1,0 +1,275 @@
+"""The screen states shown in screenshots/ and checked by the snapshot tests: one definition for both.
+
+Each ``State`` builds the real app (``KprobeTui``) on fixed inputs (Debian 6.1's captured tracing
+data, C programs compiled at fixed paths, captured trace lines, PID 4242) and drives it with Pilot
+to the state, so the pictures are the same on every machine. ``tests/tui/test_snapshots.py``
+compares each against its approved SVG; ``screenshots/generate.py`` writes them for the README.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import subprocess
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from unittest import mock
+
+from textual.pilot import Pilot
+
+from kprobe_tui.debuginfo.locate import KERNEL_PACKAGE_HINT
+from kprobe_tui.errors import UserError
+from kprobe_tui.kernel import lifetime
+from kprobe_tui.kernel.events import Events
+from kprobe_tui.kernel.snapshot import open_snapshot
+from kprobe_tui.kernel.sources import locate
+from kprobe_tui.kernel.tracefs import Tracefs
+from kprobe_tui.probes.binary import BinaryCatalog
+from kprobe_tui.probes.compile import ElfSymbols
+from kprobe_tui.stream.parser import LineParser
+from kprobe_tui.tui.app import KprobeTui
+from kprobe_tui.tui.screens.events import EventsScreen
+from kprobe_tui.tui.screens.probes import ProbesScreen
+from kprobe_tui.tui.screens.source import DebugTarget
+from kprobe_tui.tui.widgets.function_list import FunctionList
+from kprobe_tui.tui.widgets.variable_tree import VariableTree
+
+TESTS = Path(__file__).parents[1]
+SNAPSHOT_61 = TESTS / "fixtures" / "snapshots" / "debian-6.1.tar.gz"
+SNAPSHOT_RELEASE = "6.1.0-57-amd64"
+TRACE_LINES = [TESTS / "fixtures" / "trace_lines" / name for name in ("uprobe_plain.txt", "uprobe_tgid_stack.txt")]
+PROGRAMS = Path("/tmp/kprobe-tui-screens")  # fixed: the paths show on screen
+FIXED_PID = 4242  # our group kptui_<pid> and the own-PID filter show in the builder
+SIZES = ((80, 24), (160, 50))
+ADMIN_GROUP = "kptuiscreens"  # the probes panel's state: a probe as an administrator's perf probe makes it
+OUR_HITS = 3  # the probes panel's state: our probe's hit count
+
+
+@dataclass(frozen=True)
+class State:
+    """``app()`` builds the app; ``reach`` drives it there; ``sizes`` it is shown at; ``kernel``, when
+    the state needs something in the live kernel, puts it there and takes it away (root, uprobes)."""
+
+    name: str
+    app: Callable[[], KprobeTui]
+    reach: Callable[[Pilot], Awaitable[None]]
+    sizes: tuple[tuple[int, int], ...] = SIZES
+    kernel: Callable[[], AbstractContextManager] | None = None
+
+    def environment(self) -> AbstractContextManager:
+        """Where the state is reached and shot: the fixed PID, and the kernel set-up if any."""
+        stack = contextlib.ExitStack()
+        stack.enter_context(mock.patch("os.getpid", return_value=FIXED_PID))
+        if self.kernel is not None:
+            stack.enter_context(self.kernel())
+        return stack
+
+
+def compile_program(name: str, source: Path, *flags: str) -> Path:
+    """``source`` built at a fixed path under /tmp (once per source change)."""
+    if shutil.which("gcc") is None:
+        raise RuntimeError("gcc is needed to build the program shown in the screenshots")
+    PROGRAMS.mkdir(exist_ok=True)
+    binary = PROGRAMS / name
+    if not binary.exists() or binary.stat().st_mtime < source.stat().st_mtime:
+        subprocess.run(["gcc", *flags, "-o", str(binary), str(source)], check=True)
+    return binary
+
+
+def probed_program() -> Path:
+    """Built from copies under PROGRAMS: the source view's title shows the source's path, which must
+    not be the checkout's."""
+    c_dir = TESTS / "debuginfo" / "c"
+    PROGRAMS.mkdir(exist_ok=True)
+    for source in (c_dir / "probed.c", *c_dir.glob("*.h")):
+        copy = PROGRAMS / source.name
+        if not copy.exists() or copy.read_bytes() != source.read_bytes():
+            shutil.copyfile(source, copy)  # only then newer than the binary: compile_program rebuilds it
+    return compile_program("probed", PROGRAMS / "probed.c", "-O2", "-gdwarf-5")
+
+
+def builder_program() -> Path:
+    return compile_program("prog", TESTS / "tui" / "c" / "builder_prog.c", "-O0", "-g")
+
+
+def basic_program() -> Path:
+    return compile_program("basic", TESTS / "live" / "c" / "basic.c", "-O1", "-g")
+
+
+@contextlib.contextmanager
+def admin_and_our_probes() -> Iterator[None]:
+    """On basic: a uprobe on add3() in a group that is not ours (as an administrator's perf probe
+    makes it), and ours on negate(), enabled and hit OUR_HITS times. Both removed afterwards, whatever
+    happens (a stale-run cleanup elsewhere may have taken ours already: kptui_4242 has no process)."""
+    binary = basic_program()
+    tracefs = Tracefs(locate().tracefs)
+    symbols = ElfSymbols(binary)
+    ours = lifetime.run_name()
+    try:
+        tracefs.write("uprobe_events", f"p:{ADMIN_GROUP}/add3 {binary}:0x{symbols.function('add3').file_offset:x}"
+                                       " a=%di:s64 b=%si:s64\n")
+        tracefs.write("uprobe_events", f"p:{ours}/negate {binary}:0x{symbols.function('negate').file_offset:x}"
+                                       " x=%di:s32\n")
+        tracefs.write(f"events/{ours}/negate/enable", "1\n")
+        for _ in range(OUR_HITS):
+            subprocess.run([str(binary)], check=True, capture_output=True)
+        yield
+    finally:
+        events = Events(tracefs)
+        for group in (ADMIN_GROUP, ours):
+            events.delete_group(group)  # disabled first
+
+
+# --- apps ---------------------------------------------------------------------------------------
+
+
+def kernel_app(theme: str = "dark") -> KprobeTui:
+    """The browser on Debian 6.1's captured data (the subtitle would otherwise name a temp dir)."""
+    app = KprobeTui(open_snapshot(SNAPSHOT_61), theme=theme)
+    app.sub_title = f"snapshot of {SNAPSHOT_RELEASE}"
+    return app
+
+
+def program_app(binary: Path) -> KprobeTui:
+    """As ``kprobe-tui -x BINARY`` opens it."""
+    return KprobeTui(locate(), BinaryCatalog(str(binary)))
+
+
+# --- driving ------------------------------------------------------------------------------------
+
+
+async def settled(pilot: Pilot) -> None:
+    """Every worker done and its result painted (twice: a result may start another worker); toasts
+    cleared: they are transient and would hide part of the screen."""
+    for _ in range(2):
+        await pilot.pause()
+        await pilot.app.workers.wait_for_complete()
+    pilot.app.clear_notifications()
+    await pilot.pause()
+
+
+async def until(pilot: Pilot, condition: Callable[[], object], what: str) -> None:
+    """Let the app run until ``condition()`` holds (workers and the kernel answer meanwhile)."""
+    for _ in range(400):
+        if condition():
+            return
+        await pilot.pause(0.05)
+    raise AssertionError(f"never happened: {what}")
+
+
+async def catalog_loaded(pilot: Pilot) -> FunctionList:
+    functions = pilot.app.screen.query_one(FunctionList)
+    await until(pilot, lambda: functions.rows and pilot.app.catalog.details_ready, "the function list loads")
+    await settled(pilot)
+    return functions
+
+
+async def to_functions(pilot: Pilot) -> None:
+    """Filtered to tcp_v4 functions, cursor moved: the detail pane explains one."""
+    await catalog_loaded(pilot)
+    await pilot.press("slash", *"tcp_v4_", "enter", "down", "down")
+    await settled(pilot)
+
+
+async def to_source(pilot: Pilot) -> None:
+    """count_ready's source, cursor on its third probeable line, its variables beside."""
+    await catalog_loaded(pilot)
+    await pilot.press("slash", *"count_ready", "enter", "enter")
+    await settled(pilot)
+    await pilot.press("n", "n")
+    await settled(pilot)
+
+
+async def to_source_without_dwarf(pilot: Pilot) -> None:
+    """A kernel function's source without the kernel's DWARF: the BTF prototype, what to install, and
+    the entry and return buttons. The debuginfo core's answer is the one it gives on a Debian 6.1
+    machine without the debug package, whatever this machine has installed."""
+    await catalog_loaded(pilot)
+    missing = UserError(f"no debug vmlinux for kernel {SNAPSHOT_RELEASE} "
+                        f"(looked in /usr/lib/debug/boot/vmlinux-{SNAPSHOT_RELEASE})",
+                        KERNEL_PACKAGE_HINT.format(r=SNAPSHOT_RELEASE))
+    functions = pilot.app.screen.query_one(FunctionList)
+    await pilot.press("slash", *"do_sys_openat2*", "enter")  # a wildcard anchors: not __do_sys_openat2
+    assert functions.current == "do_sys_openat2", functions.current
+    with mock.patch.object(DebugTarget, "open", side_effect=missing):
+        await pilot.press("enter")
+        await settled(pilot)
+
+
+async def to_builder(pilot: Pilot) -> None:
+    """A uprobe on work() capturing a member through a pointer and an argument."""
+    await catalog_loaded(pilot)
+    await pilot.press("slash", *"work", "enter", "p")
+    await settled(pilot)
+    await pilot.press(*"rec->id n")
+    await settled(pilot)
+
+
+async def to_builder_tree(pilot: Pilot) -> None:
+    """The variables tree: rec expanded, two of its members and n ticked, id read as u8."""
+    await catalog_loaded(pilot)
+    await pilot.press("slash", *"work", "enter", "p")
+    await settled(pilot)
+    tree = pilot.app.screen.query_one(VariableTree)
+    await until(pilot, lambda: tree.root.children, "the variables load")
+    await pilot.press("f6", "down", "space", "up", "right")
+    await until(pilot, lambda: len(tree.root.children[0].children) == 3, "rec's members load")
+    await pilot.press("down", "space", "t", "down", "down", "space")
+    await settled(pilot)
+
+
+async def to_events(pilot: Pilot) -> None:
+    """Captured uprobe events replayed (no kernel), the detail pane open on the second."""
+    parser = LineParser()
+    events = []
+    for path in TRACE_LINES:
+        events += parser.feed(path.read_text().splitlines())
+    await pilot.app.push_screen(EventsScreen.replay(events + parser.flush()))
+    await settled(pilot)
+    await pilot.press("home", "down", "d")
+    await settled(pilot)
+
+
+async def to_probes(pilot: Pilot) -> None:
+    """``l``: the probes panel filtered to the probes on basic (others' probes come and go): ours,
+    selected, with its hits, and the administrator's."""
+    await catalog_loaded(pilot)
+    await pilot.press("l")
+    panel = pilot.app.screen
+    assert isinstance(panel, ProbesScreen)
+    await pilot.press("slash", *str(PROGRAMS / "basic"), "enter")
+    expected = sorted([f"{ADMIN_GROUP}/add3", f"{lifetime.run_name()}/negate"])
+    await until(pilot, lambda: sorted(panel.shown) == expected, f"the panel shows {expected}")
+    await settled(pilot)
+
+
+async def to_help(pilot: Pilot) -> None:
+    """``?`` on the function browser."""
+    await catalog_loaded(pilot)
+    await pilot.press("question_mark")
+    await settled(pilot)
+
+
+STATES = [
+    State("functions", kernel_app, to_functions),
+    State("source", lambda: program_app(probed_program()), to_source),
+    State("source-btf", kernel_app, to_source_without_dwarf),
+    State("builder", lambda: program_app(builder_program()), to_builder),
+    State("builder-tree", lambda: program_app(builder_program()), to_builder_tree),
+    State("events", kernel_app, to_events),
+    State("probes", lambda: program_app(basic_program()), to_probes, kernel=admin_and_our_probes),
+    State("help", kernel_app, to_help),
+    *(State(f"theme-{theme}", lambda theme=theme: kernel_app(theme), to_functions, sizes=((80, 24),))
+      for theme in ("light", "high-contrast", "monochrome")),
+]
+
+
+def shots() -> list[tuple[State, tuple[int, int]]]:
+    """Every (state, size) pair: one snapshot test and one screenshot each."""
+    return [(state, size) for state in STATES for size in state.sizes]
+
+
+def shot_name(state: State, size: tuple[int, int]) -> str:
+    return f"{state.name}-{size[0]}x{size[1]}"
