@@ -4,7 +4,7 @@
 
 The states live in tests/tui/states.py (one definition for both); the SVGs are taken by the same
 function pytest-textual-snapshot uses and stored as it stores them, so a screenshot is byte for byte
-its approved snapshot (tests/tui/__snapshots__/test_snapshots/). This script
+its approved snapshot (tests/tui/__snapshots__/test_screens/). This script
 sits beside what it writes and outside the package and the test suite: it is a maintainer's tool.
 """
 

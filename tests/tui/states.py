@@ -2,7 +2,7 @@
 
 Each ``State`` builds the real app (``KprobeTui``) on fixed inputs (Debian 6.1's captured tracing
 data, C programs compiled at fixed paths, captured trace lines, PID 4242) and drives it with Pilot
-to the state, so the pictures are the same on every machine. ``tests/tui/test_snapshots.py``
+to the state, so the pictures are the same on every machine. ``tests/tui/test_screens.py``
 compares each against its approved SVG; ``screenshots/generate.py`` writes them for the README.
 """
 

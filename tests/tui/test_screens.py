@@ -48,7 +48,7 @@ def test_screenshots_are_the_approved_snapshots():
     stale = []
     for state, size in shots():
         name = shot_name(state, size)
-        approved = HERE / "__snapshots__" / "test_snapshots" / f"test_screen[{name}].svg"
+        approved = HERE / "__snapshots__" / "test_screens" / f"test_screen[{name}].svg"
         screenshot = HERE.parents[1] / "screenshots" / f"{name}.svg"
         if not screenshot.exists() or screenshot.read_bytes() != approved.read_bytes():
             stale.append(name)
