@@ -32,7 +32,6 @@ from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.sources import locate
 from kprobe_tui.probes.binary import BinaryCatalog
 from kprobe_tui.tui.app import KprobeTui
-from kprobe_tui.tui.screens import builder
 from kprobe_tui.tui.screens.builder import ProbeBuilderScreen
 from kprobe_tui.tui.screens.events import EventsScreen
 from kprobe_tui.tui.screens.source import SourceScreen
@@ -160,11 +159,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="fresh processes (each gives one cold pass)")
     parser.add_argument("--warm", type=int, default=5, help="warm passes per process")
     parser.add_argument("--one", choices=TARGETS, help=argparse.SUPPRESS)  # a child: one target, JSON out
-    parser.add_argument("--debounce", type=float, help=argparse.SUPPRESS)  # a child: the builder's debounce
     args = parser.parse_args()
     if args.one:
-        if args.debounce is not None:
-            builder.DEBOUNCE_SECONDS = args.debounce
         try:
             result = asyncio.run(one_target(args.one, 1 + args.warm))
         finally:
@@ -176,18 +172,14 @@ def main() -> None:
     for target in TARGETS:
         cold: dict[str, list[float]] = {}
         warm: dict[str, list[float]] = {}
-        for debounce in (None, 0.0):  # as built; then without the debounce, to see the compile alone
-            for _ in range(args.runs):
-                command = [sys.executable, __file__, "--one", target, "--warm", str(args.warm)]
-                command += [] if debounce is None else ["--debounce", str(debounce)]
-                out = subprocess.run(command, capture_output=True, text=True, check=True)
-                for action, values in json.loads(out.stdout.splitlines()[-1]).items():
-                    if debounce is not None:
-                        action = f"{action.removesuffix(')')}, no debounce)" if action.endswith("(preview)") else ""
-                    cold.setdefault(action, []).append(values[0])
-                    warm.setdefault(action, []).extend(values[1:])
-        print(f"[{target}: {TARGETS[target][1]}]  (builder debounce {builder.DEBOUNCE_SECONDS * 1000:.0f} ms)")
-        for action in (*ACTIONS, "open builder (preview, no debounce)"):
+        for _ in range(args.runs):
+            command = [sys.executable, __file__, "--one", target, "--warm", str(args.warm)]
+            out = subprocess.run(command, capture_output=True, text=True, check=True)
+            for action, values in json.loads(out.stdout.splitlines()[-1]).items():
+                cold.setdefault(action, []).append(values[0])
+                warm.setdefault(action, []).extend(values[1:])
+        print(f"[{target}: {TARGETS[target][1]}]")
+        for action in ACTIONS:
             if action in cold:
                 print(line(f"  {action}, cold", cold[action]))
                 print(line(f"  {action}, warm", warm[action]))

@@ -339,6 +339,15 @@ class ProbeBuilderScreen(Screen):
         self._place: tuple[str, str] | None = None  # (kind, number) the tree's variables are for
         self._variables_shown = False  # the tree has had its first variables
         self._requested: BuildRequest | None = None  # the form as last compiled
+        self.initial_group = DEFAULT_PERSISTENT_GROUP if lab_reason else lifetime.run_name()
+        # The first preview and tree need no typing: started now, they compile while Textual lays out
+        # the new screen's widgets instead of after it (about half the wait to the first preview).
+        self._opening = BuildRequest(function, self.binary, self.initial_kind, self.initial_number, self.initial_args,
+                                     "", None if self.binary else vmlinux, "", self.initial_group, bool(lab_reason))
+        self._opening_work = {  # the preview first: it is what Create will write
+            "preview": _COMPILER.submit(build_preview, self._opening, self.events, self.readme, self.btf_path),
+            "variables": _COMPILER.submit(load_variables, self._opening, self.btf_path),
+        }
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -361,8 +370,7 @@ class ProbeBuilderScreen(Screen):
             yield Static("Event", classes="label")
             yield Input(placeholder="generated", compact=True, id="event")
             yield Static("Group", classes="label inner")
-            group = DEFAULT_PERSISTENT_GROUP if self.lab_reason else lifetime.run_name()
-            yield Input(group, placeholder=group, compact=True, id="group")
+            yield Input(self.initial_group, placeholder=self.initial_group, compact=True, id="group")
         with Horizontal(classes="row"):
             yield Static("Filter", classes="label")
             yield Input(placeholder="e.g. n > 1 (tab completes fields; our own PID is always left out)",
@@ -441,16 +449,35 @@ class ProbeBuilderScreen(Screen):
         self._sync_ticks(request.args)
         if self._place != (request.kind, request.number):
             self._place = (request.kind, request.number)
-            self._load_variables(request)
-        self._compile(request)
+            if not self._take_opening("variables", request, self._show_variables):
+                self._load_variables(request)
+        if not self._take_opening("preview", request, self._show_preview):
+            self._compile(request)
+
+    def _take_opening(self, what: str, request: BuildRequest, show) -> bool:
+        """Show the answer started on opening now, in the screen's first frame, when it is ready and
+        the form still asks for it."""
+        started = self._opening_work.get(what)
+        if started is None or request != self._opening or not started.done():
+            return False
+        del self._opening_work[what]
+        show(started.result())
+        return True
 
     @work(exclusive=True, group="preview")
     async def _compile(self, request: BuildRequest) -> None:
         if self.preview is not None:  # the first preview, on opening, waits for nobody's typing
             await asyncio.sleep(DEBOUNCE_SECONDS)  # a newer keystroke cancels this worker here, before it compiles
-        preview = await asyncio.get_running_loop().run_in_executor(
-            _COMPILER, build_preview, request, self.events, self.readme, self.btf_path)
+        preview = await self._off_thread("preview", request, build_preview, self.events, self.readme, self.btf_path)
         self._show_preview(preview)  # not reached when cancelled meanwhile: the newer request shows instead
+
+    async def _off_thread(self, what: str, request: BuildRequest, function, *args):
+        """``function(request, *args)`` on the compile thread; the answer started on opening when the
+        form still says what it said then."""
+        started = self._opening_work.pop(what, None)
+        if started is not None and request == self._opening:
+            return await asyncio.wrap_future(started)
+        return await asyncio.get_running_loop().run_in_executor(_COMPILER, function, request, *args)
 
     def _show_preview(self, preview: Preview) -> None:
         if not self.is_attached:  # closed while the compile ran: nothing to show it in
@@ -472,9 +499,12 @@ class ProbeBuilderScreen(Screen):
     async def _load_variables(self, request: BuildRequest) -> None:
         if self._variables_shown:  # as the preview: only a change of place typed in waits
             await asyncio.sleep(DEBOUNCE_SECONDS)
-        nodes, note = await asyncio.get_running_loop().run_in_executor(_COMPILER, load_variables, request, self.btf_path)
+        self._show_variables(await self._off_thread("variables", request, load_variables, self.btf_path))
+
+    def _show_variables(self, answer: tuple[list[VariableNode], str]) -> None:
         if not self.is_attached:
             return
+        nodes, note = answer
         self._variables_shown = True
         tree = self.query_one(VariableTree)
         tree.set_variables(nodes)
