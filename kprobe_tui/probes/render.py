@@ -196,6 +196,6 @@ def admin_handoff(spec: ProbeSpec, probes: list[CompiledProbe], user: str,
         f"# once, so that {user} can enable and read probes without sudo (the perf group):",
         f"sudo groupadd -f perf && sudo usermod -aG perf {shlex.quote(user)}",
         f"sudo mount -o remount,mode=750 {tracefs_root}",
-        f"sudo chgrp -R perf {tracefs_root} && sudo chmod -R g+rw {tracefs_root}",
+        f"sudo chgrp -R perf {tracefs_root} && sudo chmod -R g+rwX {tracefs_root}",  # X: directories traversable
     ]
     return lines

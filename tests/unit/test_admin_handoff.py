@@ -24,7 +24,7 @@ def test_handoff_lines_run_in_a_shell_write_exactly_the_definition_and_filter(tm
     assert "$retval" in probe.definition()
     once = "\n".join(lines[lines.index(next(line for line in lines if line.startswith("# once"))):])
     assert "usermod -aG perf student" in once
-    assert f"chgrp -R perf {tmp_path}" in once and f"chmod -R g+rw {tmp_path}" in once
+    assert f"chgrp -R perf {tmp_path}" in once and f"chmod -R g+rwX {tmp_path}" in once
 
 
 def test_handoff_for_a_uprobe_names_the_binary_and_uprobe_events(tmp_path):
