@@ -240,11 +240,12 @@ class ProbesScreen(Screen):
     # --- showing (UI thread) -------------------------------------------------------------------------
 
     def show_sample(self, sample: Sample) -> None:
-        if not self.is_attached:
+        tables = self.query(DataTable)
+        if not self.is_attached or not tables:  # closed, or its widgets already removed while it closes
             return
         self.previous, self.sample = self.sample, sample
         per_second = rates(self.previous.hits, sample.hits, sample.taken - self.previous.taken) if self.previous else {}
-        table = self.query_one(DataTable)
+        table = tables.first()
         selected = self.current()
         wanted = {event.full_name: self._cells(event, sample, per_second) for event in sample.events
                   if self._matches(event)}
