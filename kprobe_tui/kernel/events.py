@@ -70,7 +70,8 @@ class DynamicEvent:
                 "owner": self.owner, "definition": self.definition}
 
 
-def _parse(line: str, is_uprobe: bool | None) -> DynamicEvent | None:
+def parse_definition(line: str, is_uprobe: bool | None) -> DynamicEvent | None:
+    """One line of dynamic_events, kprobe_events or uprobe_events (``is_uprobe`` None: tell from the place)."""
     match = _DEFINITION.match(line.strip())
     if not match:
         return None
@@ -94,14 +95,14 @@ class Events:
         found: dict[str, DynamicEvent] = {}
         if self.tracefs.exists("dynamic_events"):
             for line in self.tracefs.read("dynamic_events").splitlines():
-                event = _parse(line, None)
+                event = parse_definition(line, None)
                 if event:
                     found[event.full_name] = event
         # uprobe_events tells uprobes apart for sure; kprobe_events exists on kernels without dynamic_events
         for rel, is_uprobe in (("uprobe_events", True), ("kprobe_events", False)):
             if self.tracefs.exists(rel):
                 for line in self.tracefs.read(rel).splitlines():
-                    event = _parse(line, is_uprobe)
+                    event = parse_definition(line, is_uprobe)
                     if event:
                         found[event.full_name] = event
         return sorted(found.values(), key=lambda e: (e.group, e.event))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kprobe_tui.errors import UserError
-from kprobe_tui.kernel.events import _parse as parse_definition
+from kprobe_tui.kernel.events import parse_definition
 from kprobe_tui.kernel.tracefs import Tracefs
 
 # (profile file, control file, whose probes)

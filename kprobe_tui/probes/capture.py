@@ -149,7 +149,7 @@ def _dwarf_children(node: VariableNode) -> list[VariableNode]:
     else:
         op = "."
     kids = []
-    for name in loc._member_names(real):
+    for name in loc.member_names(real):
         member = loc.find_member(real, name, f"{node.expression}{op}{name}")
         expression = f"{node.expression}{op}{name}"
         type_die = loc.type_of(member.die)

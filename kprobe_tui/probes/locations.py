@@ -289,7 +289,7 @@ def find_member(struct_die, name: str, what: str, base: int = 0) -> Member:
         raise NotExpressible(f"{what}: {type_name(struct_die)} is not a struct or union", "use -> through pointers, . on structs")
     found = _search_member(real, name, base)
     if found is None:
-        names = sorted(_member_names(real))
+        names = sorted(member_names(real))
         raise NotExpressible(f"{what}: {type_name(struct_die)} has no member {name!r}",
                              f"its members: {', '.join(names[:20])}{' ...' if len(names) > 20 else ''}")
     return found
@@ -315,14 +315,15 @@ def _search_member(real, name: str, base: int) -> Member | None:
     return None
 
 
-def _member_names(real) -> list[str]:
+def member_names(real) -> list[str]:
+    """A struct's member names in declaration order, anonymous structs and unions flattened into them."""
     names = []
     for child in real.iter_children():
         if child.tag == "DW_TAG_member":
             name = name_of(child)
             if name is None:
                 inner = strip(type_of(child))
-                names += _member_names(inner) if inner is not None else []
+                names += member_names(inner) if inner is not None else []
             else:
                 names.append(name)
     return names

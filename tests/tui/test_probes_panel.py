@@ -16,7 +16,7 @@ import pytest
 from textual.widgets import DataTable
 
 from kprobe_tui.kernel import lifetime
-from kprobe_tui.kernel.events import Events, _parse
+from kprobe_tui.kernel.events import Events, parse_definition
 from kprobe_tui.kernel.sources import locate
 from kprobe_tui.kernel.tracefs import Tracefs
 from kprobe_tui.probes.binary import BinaryCatalog
@@ -171,18 +171,18 @@ async def test_edit_recreates_ours_through_the_builder(probes, tracefs_root):
 def test_edit_target_reads_back_what_the_builder_needs(prog):
     """Definitions as the kernel prints them: uprobe entry/return/offset, kprobe, fprobe exit."""
     offset = ElfSymbols(prog).function("add3").file_offset
-    uprobe = _parse(f"p:g/e {prog}:0x{offset + 4:016x} a=%di:s64", True)
+    uprobe = parse_definition(f"p:g/e {prog}:0x{offset + 4:016x} a=%di:s64", True)
     target = edit_target(uprobe, "common_pid != 7")
     assert (target.function, target.binary, target.kind, target.number, target.args) == (
         "add3", str(prog), "offset", "+4", "a=%di:s64")
     assert any("filter (common_pid != 7)" in lost for lost in target.lost)
-    uret = _parse(f"r:g/e {prog}:0x{offset:x}", True)
+    uret = parse_definition(f"r:g/e {prog}:0x{offset:x}", True)
     assert edit_target(uret).kind == "return"
-    kret = _parse("r16:g/e do_sys_openat2+0 ret=$retval", False)
+    kret = parse_definition("r16:g/e do_sys_openat2+0 ret=$retval", False)
     assert (edit_target(kret).function, edit_target(kret).kind, edit_target(kret).args) == (
         "do_sys_openat2", "return", "ret=$retval")
-    fexit = _parse("f:g/e vfs_read%return", None)
+    fexit = parse_definition("f:g/e vfs_read%return", None)
     assert (edit_target(fexit).function, edit_target(fexit).kind) == ("vfs_read", "fprobe_exit")
     with pytest.raises(Exception, match="synth"):
-        edit_target(_parse("s:synthetic/lat u64 lat", None))
+        edit_target(parse_definition("s:synthetic/lat u64 lat", None))
 
