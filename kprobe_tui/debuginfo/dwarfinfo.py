@@ -144,16 +144,16 @@ def _parse_abbrevs(data: bytes, pos: int) -> dict[int, AbbrevDecl]:
     tags, ats, forms = _names_by_number()
     table: dict[int, AbbrevDecl] = {}
     while True:
-        code, pos = _uleb(data, pos)
+        code, pos = uleb128(data, pos)
         if code == 0:
             return table
-        tag, pos = _uleb(data, pos)
+        tag, pos = uleb128(data, pos)
         children = data[pos]
         pos += 1
         specs = []
         while True:
-            name, pos = _uleb(data, pos)
-            form, pos = _uleb(data, pos)
+            name, pos = uleb128(data, pos)
+            form, pos = uleb128(data, pos)
             if name == 0 and form == 0:
                 break
             value = None
@@ -243,7 +243,8 @@ class LineRow(NamedTuple):
     end_sequence: bool
 
 
-def _uleb(data: bytes, pos: int) -> tuple[int, int]:
+def uleb128(data: bytes, pos: int) -> tuple[int, int]:
+    """(value, position after it) of the unsigned LEB128 number at ``pos``."""
     result = shift = 0
     while True:
         byte = data[pos]
@@ -291,7 +292,7 @@ def decode_line_rows(program, address_size: int) -> list[LineRow]:
             line += line_base + adjusted % line_range
             append(LineRow(address, file, line, is_stmt, False))
         elif op == 0:
-            length, pos = _uleb(data, pos)
+            length, pos = uleb128(data, pos)
             sub = data[pos]
             if sub == 1:
                 append(LineRow(address, file, line, is_stmt, True))
@@ -302,13 +303,13 @@ def decode_line_rows(program, address_size: int) -> list[LineRow]:
         elif op == 1:
             append(LineRow(address, file, line, is_stmt, False))
         elif op == 2:
-            advance, pos = _uleb(data, pos)
+            advance, pos = uleb128(data, pos)
             address += advance * min_length
         elif op == 3:
             advance, pos = _sleb(data, pos)
             line += advance
         elif op == 4:
-            file, pos = _uleb(data, pos)
+            file, pos = uleb128(data, pos)
         elif op == 6:
             is_stmt = not is_stmt
         elif op == 8:
@@ -318,7 +319,7 @@ def decode_line_rows(program, address_size: int) -> list[LineRow]:
             pos += 2
         else:  # set_column, set_isa and unknown opcodes: skip their ULEB operands
             for _ in range(arg_counts[op - 1]):
-                _, pos = _uleb(data, pos)
+                _, pos = uleb128(data, pos)
     return rows
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from kprobe_tui.debuginfo.dwarfinfo import attr, int_attr, name_of, ref
+from kprobe_tui.debuginfo.dwarfinfo import attr, int_attr, name_of, ref, uleb128
 from kprobe_tui.errors import UserError
 from kprobe_tui.probes.spec import Access
 
@@ -257,13 +257,7 @@ def _member_location(die) -> int:
     location = value.value if value is not None else 0  # unions: every member at 0
     if isinstance(location, list):  # DWARF 2 style: [DW_OP_plus_uconst, N]
         if len(location) >= 2 and location[0] == 0x23:  # ULEB128 operand
-            value, shift = 0, 0
-            for byte in location[1:]:
-                value |= (byte & 0x7F) << shift
-                shift += 7
-                if not byte & 0x80:
-                    break
-            return value
+            return uleb128(bytes(location[1:]), 0)[0]
         raise NotExpressible("a member location expression other than plus_uconst")
     return location
 

@@ -35,6 +35,7 @@ from kprobe_tui.tui.screens.events import EventsScreen
 from kprobe_tui.tui.widgets.function_list import FunctionList
 from kprobe_tui.tui.widgets.probe_preview import ProbePreview
 from kprobe_tui.tui.widgets.variable_tree import VariableTree
+from tests.tui.uprobes import uprobes_on
 
 C_PROGRAM = Path(__file__).parent / "c" / "builder_prog.c"
 # A path of its own: uprobe_events lines are told apart by it.
@@ -48,10 +49,6 @@ def prog() -> Path:
     subprocess.run(["gcc", "-O0", "-g", "-o", str(out), str(C_PROGRAM)], check=True)
     return out
 
-
-def ours(root: Path, binary: Path) -> list[str]:
-    """uprobe_events lines on our binary (other engineers' tests add their own meanwhile)."""
-    return [line for line in (root / "uprobe_events").read_text().splitlines() if str(binary) in line]
 
 
 def app_for(binary: Path) -> KprobeTui:
@@ -128,7 +125,7 @@ async def test_preview_equals_the_compiler_and_the_renderers(prog):
 
 @pytest.mark.live
 async def test_create_makes_a_run_scoped_uprobe_that_fires_and_goes_with_the_run(prog, tracefs_root):
-    before = ours(tracefs_root, prog)
+    before = uprobes_on(tracefs_root, prog)
     top = Tracefs(tracefs_root)
     group = lifetime.run_name()
     created: dict[int, list[str]] = {}  # the hook sees the message at each node it bubbles through
@@ -146,7 +143,7 @@ async def test_create_makes_a_run_scoped_uprobe_that_fires_and_goes_with_the_run
             await pilot.press("ctrl+s")
             await pilot.pause()
             assert list(created.values()) == [[f"{group}/work"]]
-            [line] = [line for line in ours(tracefs_root, prog) if line not in before]
+            [line] = [line for line in uprobes_on(tracefs_root, prog) if line not in before]
             assert line.startswith(f"p:{group}/work ")
             # Not enabled in the shared top-level buffer: the events screen enables it in our instance,
             # under the filter it was defined with (the feedback guard's own-PID exclusion).
@@ -172,15 +169,15 @@ async def test_create_makes_a_run_scoped_uprobe_that_fires_and_goes_with_the_run
             assert app.screen is builder
             await pilot.press("escape")
             assert not isinstance(app.screen, ProbeBuilderScreen)
-        assert [line for line in ours(tracefs_root, prog) if line not in before]  # run-scoped: alive until the run ends
+        assert [line for line in uprobes_on(tracefs_root, prog) if line not in before]  # run-scoped: alive until the run ends
     finally:
         lifetime.undo.run_all()  # what the end of the process does (atexit, SIGTERM, SIGHUP)
-    assert ours(tracefs_root, prog) == before
+    assert uprobes_on(tracefs_root, prog) == before
 
 
 @pytest.mark.live
 async def test_pin_keeps_the_probe_in_the_persistent_group(prog, tracefs_root):
-    before = ours(tracefs_root, prog)
+    before = uprobes_on(tracefs_root, prog)
     events = Events(Tracefs(tracefs_root))
     try:
         app = app_for(prog)
@@ -191,18 +188,18 @@ async def test_pin_keeps_the_probe_in_the_persistent_group(prog, tracefs_root):
             [name] = builder.created
             assert name.startswith(f"{DEFAULT_PERSISTENT_GROUP}/helper")
         lifetime.undo.run_all()  # the run ends: a pinned probe stays
-        [line] = [line for line in ours(tracefs_root, prog) if line not in before]
+        [line] = [line for line in uprobes_on(tracefs_root, prog) if line not in before]
         assert line.startswith(f"p:{name} ")
     finally:
         for event in events.list():
             if event.group == DEFAULT_PERSISTENT_GROUP and str(prog) in event.definition:
                 events.delete(event)
-    assert ours(tracefs_root, prog) == before
+    assert uprobes_on(tracefs_root, prog) == before
 
 
 @pytest.mark.live
 async def test_bad_argument_names_the_token_and_creates_nothing(prog, tracefs_root):
-    before = ours(tracefs_root, prog)
+    before = uprobes_on(tracefs_root, prog)
     app = app_for(prog)
     async with app.run_test(size=(80, 24)) as pilot:
         builder = await open_builder(pilot, "work")
@@ -218,7 +215,7 @@ async def test_bad_argument_names_the_token_and_creates_nothing(prog, tracefs_ro
         await pilot.press("ctrl+a", "ctrl+k", *"n 'x")  # an unclosed quote is an error too, not a traceback
         await settled(pilot)
         assert builder.preview.error.message.startswith("\"n 'x\": No closing quotation")
-    assert ours(tracefs_root, prog) == before
+    assert uprobes_on(tracefs_root, prog) == before
 
 
 async def test_prefilled_from_a_source_line_and_variable(prog):
@@ -325,7 +322,7 @@ async def cursor_to(pilot, tree: VariableTree, expression: str) -> None:
 
 @pytest.mark.live
 async def test_ticking_a_param_and_a_member_with_a_type_override_captures_the_right_values(prog, tracefs_root):
-    before = ours(tracefs_root, prog)
+    before = uprobes_on(tracefs_root, prog)
     try:
         app = app_for(prog)
         async with app.run_test(size=(80, 24)) as pilot:
@@ -372,7 +369,7 @@ async def test_ticking_a_param_and_a_member_with_a_type_override_captures_the_ri
                 ("0x7", "seven", "1"), ("0x8", "seven", "2")]
     finally:
         lifetime.undo.run_all()
-    assert ours(tracefs_root, prog) == before
+    assert uprobes_on(tracefs_root, prog) == before
 
 
 async def test_return_probe_offers_retval_as_a_tickable_node(prog):
@@ -458,7 +455,7 @@ async def test_compiler_error_marks_the_offending_token_in_reverse_video(prog):
 
 @pytest.mark.live
 async def test_kernel_refusal_shows_the_error_log_with_its_caret_token_marked(prog, tracefs_root):
-    before = ours(tracefs_root, prog)
+    before = uprobes_on(tracefs_root, prog)
     app = app_for(prog)
     try:
         async with app.run_test(size=(80, 24)) as pilot:
@@ -475,7 +472,7 @@ async def test_kernel_refusal_shows_the_error_log_with_its_caret_token_marked(pr
             assert str(builder.query_one("#status").render()).startswith("not created: the kernel refused it")
     finally:
         lifetime.undo.run_all()
-    assert ours(tracefs_root, prog) == before
+    assert uprobes_on(tracefs_root, prog) == before
 
 
 async def test_lab_mode_hands_the_probe_to_an_administrator_and_writes_nothing(prog, tracefs_root):

@@ -28,6 +28,7 @@ from kprobe_tui.tui.screens.source import SourceScreen
 from kprobe_tui.tui.widgets.function_list import FunctionList
 from kprobe_tui.tui.widgets.source_view import SourceView
 from kprobe_tui.tui.widgets.variable_tree import VariableTree
+from tests.tui.uprobes import uprobes_on
 
 PROGRAM = r"""
 #include <stdio.h>
@@ -76,9 +77,6 @@ def prog() -> Path:
     return out
 
 
-def ours(root: Path, binary: Path) -> list[str]:
-    return [line for line in (root / "uprobe_events").read_text().splitlines() if str(binary) in line]
-
 
 def leftovers(root: Path, group: str) -> list[str]:
     """Anything of this run still in the kernel: probes, its instance, an enabled event."""
@@ -112,7 +110,7 @@ async def tick(pilot, tree: VariableTree, expression: str) -> None:
 
 @pytest.mark.live
 async def test_filter_source_click_build_create_see_values_back_delete_quit(prog, tracefs_root):
-    before = ours(tracefs_root, prog)
+    before = uprobes_on(tracefs_root, prog)
     group = lifetime.run_name()
     args = build_parser().parse_args(["-x", str(prog)])
     app = KprobeTui(locate(), BinaryCatalog(args.exec_binary))
@@ -165,7 +163,7 @@ async def test_filter_source_click_build_create_see_values_back_delete_quit(prog
             assert isinstance(events_screen, EventsScreen)
             event_name = f"price_order_L{relative}"  # a line probe's name says which line
             assert builder.created == [f"{group}/{event_name}"]
-            assert any(line.startswith(f"p:{group}/{event_name} ") for line in ours(tracefs_root, prog))
+            assert any(line.startswith(f"p:{group}/{event_name} ") for line in uprobes_on(tracefs_root, prog))
 
             await asyncio.to_thread(subprocess.run, [str(prog), "3"], check=True, capture_output=True)
             await until(pilot, lambda: len(events_screen.store) >= 3, "three events in the table")
@@ -194,11 +192,11 @@ async def test_filter_source_click_build_create_see_values_back_delete_quit(prog
             await until(pilot, lambda: panel.current() is not None, "our probe is listed")
             assert panel.current().full_name == f"{group}/{event_name}"
             await pilot.press("d")
-            await until(pilot, lambda: ours(tracefs_root, prog) == before, "the probe is deleted")
+            await until(pilot, lambda: uprobes_on(tracefs_root, prog) == before, "the probe is deleted")
             await pilot.press("escape")
             assert app.screen is functions_screen
             await pilot.press("q")
         assert leftovers(tracefs_root, group) == []
     finally:
         lifetime.undo.run_all()  # what the end of the process does, should the test fail half-way
-    assert ours(tracefs_root, prog) == before and leftovers(tracefs_root, group) == []
+    assert uprobes_on(tracefs_root, prog) == before and leftovers(tracefs_root, group) == []

@@ -24,6 +24,7 @@ from kprobe_tui.probes.compile import ElfSymbols
 from kprobe_tui.tui.app import KprobeTui
 from kprobe_tui.tui.screens.events import EventsScreen
 from kprobe_tui.tui.screens.probes import EditBuilder, ProbesScreen, edit_target
+from tests.tui.uprobes import uprobes_on
 
 pytestmark = pytest.mark.live
 
@@ -39,10 +40,6 @@ def prog() -> Path:
     subprocess.run(["gcc", "-O1", "-g", "-o", str(out), str(C_PROGRAM)], check=True)
     return out
 
-
-def on_binary(root: Path, binary: Path) -> list[str]:
-    """uprobe_events lines on our binary (other engineers' tests add their own meanwhile)."""
-    return [line for line in (root / "uprobe_events").read_text().splitlines() if str(binary) in line]
 
 
 @pytest.fixture
@@ -61,7 +58,7 @@ def probes(prog, tracefs_root):
         for event in events.list():
             if event.group in (OTHER, mine) or str(prog) in event.definition:
                 events.delete(event)
-        assert on_binary(tracefs_root, prog) == []
+        assert uprobes_on(tracefs_root, prog) == []
         assert mine not in os.listdir(tracefs_root / "instances")
 
 
@@ -114,10 +111,10 @@ async def test_others_need_a_second_press_ours_switch_on_off_and_count_hits(prob
         await pilot.press("d")  # someone else's: refused, with what to press to insist
         assert message(panel) == (f"this probe belongs to group {OTHER}, made by someone else; "
                                   "press d again to delete it anyway")
-        assert any(f"{OTHER}/add3" in line for line in on_binary(tracefs_root, prog))
+        assert any(f"{OTHER}/add3" in line for line in uprobes_on(tracefs_root, prog))
         await pilot.press("d")
         assert message(panel) == f"deleted {OTHER}/add3"  # switched off in the top buffer first
-        assert not any(f"{OTHER}/add3" in line for line in on_binary(tracefs_root, prog))
+        assert not any(f"{OTHER}/add3" in line for line in uprobes_on(tracefs_root, prog))
         await wait_for(pilot, lambda: f"{OTHER}/add3" not in panel.shown)
 
         # Ours: nothing records yet, so switching it on tails it in this run's instance.
@@ -140,7 +137,7 @@ async def test_others_need_a_second_press_ours_switch_on_off_and_count_hits(prob
 
         await pilot.press("d")  # ours: at once, disabled in our instance first
         assert message(panel) == f"deleted {mine}"
-        assert on_binary(tracefs_root, prog) == []
+        assert uprobes_on(tracefs_root, prog) == []
         assert not enable.exists()
         await pilot.press("e")  # back to the events screen that records, not a second one
         assert isinstance(app.screen, EventsScreen) and app.screen.session is not None
@@ -163,7 +160,7 @@ async def test_edit_recreates_ours_through_the_builder(probes, tracefs_root):
         assert builder.query_one("#args").value == "x=%di:s32"
         await pilot.press("ctrl+s")
         await wait_for(pilot, lambda: isinstance(app.screen, EventsScreen))
-        lines = on_binary(tracefs_root, prog)
+        lines = uprobes_on(tracefs_root, prog)
         assert not any(f"{mine} " in line for line in lines), lines  # the old one is gone
         assert [line.split()[0].split("/")[0] for line in lines if "negate" in line] == [f"p:{lifetime.run_name()}"]
 
