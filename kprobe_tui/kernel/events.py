@@ -131,12 +131,22 @@ class Events:
     # -- writing -------------------------------------------------------------------------------
 
     def create(self, probes: Iterable[CompiledProbe], run_scoped: bool = False) -> list[DynamicEvent]:
-        """Define probes (all or none); run-scoped ones are removed when this run ends, however it ends."""
+        """Define probes (all or none); run-scoped ones are removed when this run ends, however it ends.
+
+        Every definition is checked before the first is written (``CompiledProbe.check``), and each
+        goes to the kernel in a write of its own: what fails leaves nothing of this call behind.
+        """
+        probes = list(probes)
+        for probe in probes:
+            probe.check()
+            if run_scoped and probe.group != lifetime.run_name():
+                raise UserError(f"run-scoped probes belong in group {lifetime.run_name()}, not {probe.group}")
+            if not run_scoped and lifetime.is_run_scoped(probe.group):
+                raise UserError(f"{probe.group!r} is a run-scoped group name, removed by cleanup",
+                                "create it in a persistent group, e.g. kprobe_tui")
         created: list[CompiledProbe] = []
         try:
             for probe in probes:
-                if run_scoped and probe.group != lifetime.run_name():
-                    raise UserError(f"run-scoped probes belong in group {lifetime.run_name()}, not {probe.group}")
                 if not self.tracefs.exists(probe.control_file):
                     raise UserError(f"this kernel has no {probe.control_file}: it cannot take {probe.group}/{probe.event}",
                                     "see what it allows: kprobe-tui doctor")
