@@ -27,6 +27,7 @@ from __future__ import annotations
 import atexit
 import errno
 import fcntl
+import functools
 import os
 import re
 import secrets
@@ -158,6 +159,7 @@ def dead_runs() -> list[str]:
     return sorted(found)
 
 
+@functools.lru_cache(maxsize=1)
 def _boot_id() -> str:
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()

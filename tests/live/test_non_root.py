@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.sources import locate
 from kprobe_tui.probes.binary import BinaryCatalog
 
@@ -128,11 +129,14 @@ def test_the_tuis_l_e_and_p_say_what_stops_the_user_and_the_builder_compiles(use
                 seen["preview_error"] = preview.error.message if preview.error else None
                 seen["definition"] = preview.probes[0].definition() if preview.probes else None
                 seen["exit"] = app.return_code
+            seen["name"] = lifetime.own_name()  # the child ends with os._exit: its lock file is the parent's to remove
 
         asyncio.run(main())
         return seen
 
     seen = as_user(user, drive, home=home)
+    if seen["name"]:
+        lifetime.forget(seen["name"])
     assert seen["panel"] and closed in seen["panel_message"]
     assert seen["events"] and closed in seen["events_status"]
     assert seen["builder"] and seen["preview_error"] is None, seen["preview_error"]

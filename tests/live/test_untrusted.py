@@ -17,13 +17,16 @@ from pathlib import Path
 import pytest
 
 from kprobe_tui.cli import main as cli_main
+from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import lifetime
+from kprobe_tui.kernel.events import Events
 from kprobe_tui.kernel.tracefs import KernelRefused, Tracefs
 from kprobe_tui.probes.compile import ElfSymbols, compile_spec
 from kprobe_tui.probes.render import admin_handoff
 from kprobe_tui.probes.spec import parse_spec
+from kprobe_tui.tui.screens.builder import BuildRequest, build_preview
 from tests.unit.test_admin_handoff import run_as_admin
-from tests.unit.test_untrusted_input import ALPHABET
+from tests.unit.test_untrusted_input import spiced
 
 pytestmark = pytest.mark.live
 
@@ -248,13 +251,13 @@ def test_tail_refuses_a_subsystem_and_a_thousand_terms_and_leaves_no_instance(pr
 # --- the property test, on the kernel ---------------------------------------------------------------
 
 def test_random_hostile_arguments_reach_the_kernel_as_one_definition_at_most(prog, victim, tracefs_root):
-    """Seeded: 120 ``kprobe-tui probe`` runs (in this process) with hostile names, groups, args, filters
+    """Seeded: 400 ``kprobe-tui probe`` runs (in this process) with hostile names, groups, args, filters
     and paths; after each, uprobe_events holds the victim and at most the one probe that run reported."""
     rng = random.Random(1515)
-    spice = lambda usual: "".join(rng.choice(ALPHABET) for _ in range(rng.randint(1, 8))) if rng.random() < 0.3 else usual  # noqa: E731
+    spice = lambda usual: spiced(rng, usual, junk=0.2, payload=0.3)  # noqa: E731
     base = ours(tracefs_root, prog)
     made = 0
-    for case in range(120):
+    for case in range(400):
         binary = str(prog)
         if rng.random() < 0.15:
             directory = prog.parent / f"fuzz{case}" / spice("plain").replace("/", "_").replace("\x00", "_")
@@ -279,5 +282,38 @@ def test_random_hostile_arguments_reach_the_kernel_as_one_definition_at_most(pro
             name = line.split()[0].split(":")[1]
             assert name.startswith("kptuifuzz/") or group != "kptuifuzz", line
             victim.write("uprobe_events", f"-:{name}\n")
+            made += 1
+    assert made >= 20
+
+
+def test_random_hostile_builder_forms_reach_the_kernel_as_one_definition_at_most(prog, victim, tracefs_root):
+    """Seeded: 300 forms of the builder with hostile text in every box, compiled and created as Create does
+    (run-scoped); after each, uprobe_events holds the victim and at most the one probe created."""
+    rng = random.Random(2424)
+    spice = lambda usual: spiced(rng, usual, junk=0.2, payload=0.3)  # noqa: E731
+    events = Events(victim)
+    readme = victim.read("README")
+    base = ours(tracefs_root, prog)
+    made = 0
+    for case in range(300):
+        request = BuildRequest(
+            rng.choice(["work", "helper"]), str(prog), rng.choice(["entry", "return", "offset"]),
+            number=spice("4"), args=rng.choice(["", "n", spice("+0(%sp)"), shlex.quote(f"x=\\{spice('1')}")]),
+            filter=rng.choice(["", "", spice("common_pid > 1"), f"comm == '{spice('bash')}'"]),
+            event=rng.choice(["", spice("ev")]),
+            group=rng.choice(["", lifetime.run_name(), spice("kptuifuzz")]))
+        preview = build_preview(request, events, readme, None)
+        created = []
+        if preview.error is None:
+            try:
+                created = events.create(preview.probes, run_scoped=True)
+            except UserError:
+                pass
+        after = ours(tracefs_root, prog)
+        assert not [line for line in base if line not in after], f"case {case} removed a probe: {request!r}"
+        added = [line for line in after if line not in base]
+        assert len(added) == len(created) <= 1, (case, request, added)
+        for event in created:
+            events.delete(event)
             made += 1
     assert made >= 20

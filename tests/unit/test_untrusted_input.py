@@ -280,8 +280,20 @@ ALPHABET = ["\n", "\r", "\t", "\x00", "\x1b", "\x7f", "\x85", "\u00a0", "\u00e0"
             "p:evil/y", "a", "Z", "_", "0", "9", "di", "sp", "0x10"]
 
 
+# What a hostile user appends to an honest value: a second command, a comment, one word more.
+PAYLOADS = ["\n-:mygroup/x\n#", "\np:evil/y /bin/true:0x0\n#", "\n", "\r", " x=%di", "#", "';touch /tmp/kptui-x;'"]
+
+
 def hostile(rng: random.Random) -> str:
     return "".join(rng.choice(ALPHABET) for _ in range(rng.randint(1, 12)))
+
+
+def spiced(rng: random.Random, usual: str, junk: float = 0.25, payload: float = 0.15) -> str:
+    """``usual``; or random hostile text instead; or ``usual`` with a payload after it."""
+    roll = rng.random()
+    if roll < junk:
+        return hostile(rng)
+    return usual + rng.choice(PAYLOADS) if roll < junk + payload else usual
 
 
 DEFINITION = re.compile(r"[pr]:(?P<group>[A-Za-z_]\w{0,62})/(?P<event>[A-Za-z_]\w{0,62}) (?P<place>\S+)"
@@ -300,7 +312,7 @@ def test_random_hostile_text_never_makes_more_than_one_definition(tmp_path, prog
         tracefs_dir.mkdir(exist_ok=True)
         (tracefs_dir / "uprobe_events").write_text("")
         binary = str(prog)
-        maybe = lambda usual: hostile(rng) if rng.random() < 0.25 else usual  # noqa: E731
+        maybe = lambda usual: spiced(rng, usual)  # noqa: E731
         if rng.random() < 0.1:  # the path itself
             directory = hostile_dir / hostile(rng).replace("/", "_").replace("\x00", "_")
             directory.mkdir(parents=True, exist_ok=True)
@@ -337,7 +349,7 @@ def test_random_hostile_text_never_makes_more_than_one_definition(tmp_path, prog
 def test_random_hostile_text_in_the_builder_never_makes_more_than_one_definition(prog):
     """The builder's compile path: every box of the form gets random hostile text."""
     rng = random.Random(1515)
-    maybe = lambda usual: hostile(rng) if rng.random() < 0.3 else usual  # noqa: E731
+    maybe = lambda usual: spiced(rng, usual)  # noqa: E731
     compiled = 0
     for _ in range(1500):
         request = BuildRequest(
