@@ -80,7 +80,7 @@ def own_name() -> str | None:
     return claim.name if claim is not None and claim.pid == os.getpid() else None
 
 
-def owner_pid(name: str) -> int | None:
+def _pid_of(name: str) -> int | None:
     """The PID in a run-scoped name (in the namespace of the run that made it), or None for names not ours."""
     match = _RUN_NAME.fullmatch(name)
     return int(match.group(1)) if match else None
@@ -98,7 +98,7 @@ def is_stale(name: str) -> bool:
     state = lock_state(name)
     if state != ABSENT:
         return state == FREE
-    pid = owner_pid(name)
+    pid = _pid_of(name)
     return name == f"{RUN_PREFIX}{pid}" and in_initial_pid_namespace() and not psutil.pid_exists(pid)
 
 
