@@ -54,30 +54,41 @@ HELD, FREE, ABSENT, UNKNOWN = "held", "free", "absent", "unknown"
 @dataclass
 class _Claim:
     name: str
-    pid: int
-    fd: int | None  # the locked lock file; None when /run could not take one
+    lock: Path | None  # the lock file; None when /run could not take one
+    fd: int | None  # holding its lock
 
 
-_claim: _Claim | None = None
+# This process's names, by the PID it had when it took them: a forked child takes its own (its copies
+# of the parent's locks are closed at the fork), and the screenshot tests pretend to be PID 4242.
+_claims: dict[int, _Claim] = {}
 _claim_lock = threading.RLock()  # re-entrant: a signal handler may end the run while the main thread holds it
 
 
 def run_name() -> str:
     """The name of this run's probe group and tracefs instance, taken (and locked) on first use."""
-    global _claim
     with _claim_lock:
-        if _claim is None or _claim.pid != os.getpid():  # a forked child is a run of its own
-            if _claim is not None and _claim.fd is not None:
-                os.close(_claim.fd)  # the parent's lock, inherited: its parent still holds it
-            _claim = _take_name(os.getpid())
+        pid = os.getpid()
+        if pid not in _claims:
+            _claims[pid] = _take_name(pid)
         undo.install()
-        return _claim.name
+        return _claims[pid].name
 
 
 def own_name() -> str | None:
     """This run's name if it has taken one (asking never takes one: ``list`` makes nothing)."""
-    claim = _claim
-    return claim.name if claim is not None and claim.pid == os.getpid() else None
+    claim = _claims.get(os.getpid())
+    return claim.name if claim is not None else None
+
+
+def _forget_parents_names() -> None:
+    """In a forked child: the names are the parent's, and so are the locks (it still holds them)."""
+    for claim in _claims.values():
+        if claim.fd is not None:
+            os.close(claim.fd)
+    _claims.clear()
+
+
+os.register_at_fork(after_in_child=_forget_parents_names)
 
 
 def _pid_of(name: str) -> int | None:
@@ -193,7 +204,7 @@ def _take_name(pid: int) -> _Claim:
     """``kptui_<pid>``, or the first free ``kptui_<pid>_<n>``: a name no other run holds or left."""
     directory = _lock_dir(create=True)
     if directory is None:
-        return _Claim(f"{RUN_PREFIX}{pid}", pid, None)
+        return _Claim(f"{RUN_PREFIX}{pid}", None, None)
     for suffix in range(_MAX_SUFFIX):
         name = f"{RUN_PREFIX}{pid}" + (f"_{suffix}" if suffix else "")
         try:
@@ -201,8 +212,8 @@ def _take_name(pid: int) -> _Claim:
         except OSError:
             break  # /run not writable for us: fall back to the name alone
         if fd is not None:
-            return _Claim(name, pid, fd)
-    return _Claim(f"{RUN_PREFIX}{pid}", pid, None)
+            return _Claim(name, directory / f"{name}{_LOCK_SUFFIX}", fd)
+    return _Claim(f"{RUN_PREFIX}{pid}", None, None)
 
 
 def _create_locked(directory: Path, name: str, pid: int) -> int | None:
@@ -244,21 +255,20 @@ def _unlink_if_free(path: Path) -> None:
         os.close(fd)
 
 
-def _release_name(failed: bool) -> None:
-    """At exit: the lock file goes when everything was removed; else it stays, unlocked, for cleanup to find."""
-    global _claim
+def _release_names(failed: bool) -> None:
+    """At exit: a lock file goes when everything was removed; else it stays, unlocked, for cleanup to find."""
     with _claim_lock:
-        claim = _claim
-        if claim is None or claim.pid != os.getpid() or claim.fd is None:
-            return
-        if not failed:
-            try:
-                os.unlink(LOCK_DIR / f"{claim.name}{_LOCK_SUFFIX}")
-            except OSError as exc:
-                if exc.errno != errno.ENOENT:
-                    print(f"kprobe-tui: could not remove the lock of {claim.name}: {exc.strerror}", file=sys.stderr)
-        os.close(claim.fd)
-        claim.fd = None
+        for claim in _claims.values():
+            if claim.fd is None:
+                continue
+            if not failed:
+                try:
+                    os.unlink(claim.lock)
+                except OSError as exc:
+                    if exc.errno != errno.ENOENT:
+                        print(f"kprobe-tui: could not remove the lock of {claim.name}: {exc.strerror}", file=sys.stderr)
+            os.close(claim.fd)
+            claim.fd = None
 
 
 class _Undo:
@@ -313,7 +323,7 @@ class _Undo:
     def finish(self) -> None:
         """The end of the run: undo everything, then let go of the run's name."""
         self.run_all()
-        _release_name(self._failed)
+        _release_names(self._failed)
 
     def install(self) -> None:
         """Run ``finish`` at exit, and on SIGTERM/SIGHUP once called from the main thread (only it may
