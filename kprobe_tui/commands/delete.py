@@ -1,17 +1,22 @@
 """``kprobe-tui del PATTERN``: remove probes. A bare EVENT glob matches only kprobe-tui's groups;
-others' probes (perf's ``probe``, an admin's) are removed only when their GROUP is named."""
+others' probes (perf's ``probe``, an admin's) are removed only when their GROUP is named, and a
+group glob (``'*/*'``) that reaches into others' groups needs ``--force``, as it would remove
+every dynamic event on the system."""
 
 from __future__ import annotations
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import sources
-from kprobe_tui.kernel.events import OTHER_RUN, Events
+from kprobe_tui.kernel.events import OTHER_RUN, OTHERS, Events
+
+_GLOB = set("*?[")
 
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("del", help="delete probes: EVENT glob (kprobe-tui's), or GROUP/EVENT")
     parser.add_argument("patterns", metavar="PATTERN", nargs="+", help="EVENT, GROUP/EVENT or GROUP:EVENT (globs)")
-    parser.add_argument("--force", action="store_true", help="also remove probes of another running kprobe-tui")
+    parser.add_argument("--force", "-f", action="store_true",
+                        help="also remove what a group glob matches in others' groups, and probes of another running kprobe-tui")
     parser.set_defaults(run=run)
 
 
@@ -22,6 +27,14 @@ def run(args) -> int:
         matched = events.match(pattern)
         if not matched:
             raise UserError(f"{pattern!r}: no matching event", "see: kprobe-tui list (others' groups must be named: GROUP/EVENT)")
+        group_glob = pattern.replace(":", "/", 1).rpartition("/")[0]
+        others = sorted({e.group for e in matched if e.owner == OTHERS}) if _GLOB & set(group_glob) else []
+        if others and not args.force:
+            count = sum(1 for e in matched if e.group in others)
+            shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+            raise UserError(f"{pattern!r} matches {count} events in groups that are not kprobe-tui's ({shown})",
+                            f"name the group to remove its events (kprobe-tui del '{others[0]}/*'), "
+                            "or add --force to remove all of them")
         chosen.update((e.full_name, e) for e in matched)
     busy = [e.full_name for e in chosen.values() if e.owner == OTHER_RUN]
     if busy and not args.force:

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import bisect
 import json
-import os
+import shlex
 import sys
 
 from kprobe_tui.errors import UserError
-from kprobe_tui.kernel import lifetime, sources
+from kprobe_tui.kernel import sources
 from kprobe_tui.kernel.events import Events
 from kprobe_tui.probes import guard
 from kprobe_tui.probes.compile import compile_spec
-from kprobe_tui.probes.render import bpftrace_oneliner, perf_command
-from kprobe_tui.probes.spec import DEFAULT_PERSISTENT_GROUP, ProbeSpec, parse_spec
+from kprobe_tui.probes.render import bpftrace_oneliner, perf_command, tracefs_commands
+from kprobe_tui.probes.spec import DEFAULT_PERSISTENT_GROUP, ProbeSpec, check_group, parse_spec
 
 
 def add_parser(subparsers) -> None:
@@ -44,32 +44,36 @@ def check_kernel_function(name: str, kernel) -> None:
     catalog = Catalog(kernel)
     i = bisect.bisect_left(catalog.names, name)
     if not catalog.names or catalog.names[i : i + 1] != [name]:
-        raise UserError(f"{name!r}: no such kernel function", f"search with: kprobe-tui funcs '*{name}*'")
+        raise UserError(f"{name!r}: no such kernel function", f"search with: kprobe-tui funcs {shlex.quote(f'*{name}*')}")
     status, reason = catalog.classify(name)
     if status in (Status.BLACKLISTED, Status.AMBIGUOUS):
         raise UserError(f"{name!r}: {reason}", "pick another function (kprobe-tui funcs lists probeable ones)")
 
 
 def run(args) -> int:
-    if lifetime.owner_pid(args.group) is not None:
-        raise UserError(f"{args.group!r}: names like this are run-scoped groups, removed by cleanup", "pick another --group")
-    binary = os.path.abspath(args.binary) if args.binary else None  # the kernel resolves the path on its own
-    spec = parse_spec([args.spec, *args.args], binary=binary, fprobe=args.fprobe, group=args.group, filter=args.filter)
+    check_group(args.group)
+    # -x is resolved and checked by parse_spec: the definition names that very file, or nothing is written
+    spec = parse_spec([args.spec, *args.args], binary=args.binary, fprobe=args.fprobe, group=args.group, filter=args.filter)
     kernel = sources.from_args(args)
     # Nobody displays events here, so no own-PID filter; the SSH output-path warning still applies.
     advice = guard.advise(spec, exclude_pids=[])
     for warning in advice.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if advice.needs_confirmation and not (args.yes or args.dry_run):
-        offer = f"--filter '{advice.session_filter}' to leave your session out, and " if advice.session_filter else ""
+        offer = f"--filter {shlex.quote(advice.session_filter)} to leave your session out, and " if advice.session_filter else ""
         raise UserError(f"{spec.function}: on the SSH output path", f"add {offer}--yes to create it anyway")
     if not spec.is_uprobe and spec.function:
         check_kernel_function(spec.function, kernel)
     tracefs = kernel.tracing() if kernel.tracefs is not None else None
-    readme = tracefs.read("README") if tracefs is not None and tracefs.exists("README") else ""
     events = Events(tracefs) if tracefs is not None else None
     group = spec.group or DEFAULT_PERSISTENT_GROUP
-    taken = [e.event for e in events.events_in(group)] if events else []
+    try:
+        readme = tracefs.read("README") if tracefs is not None and tracefs.exists("README") else ""
+        taken = [e.event for e in events.events_in(group)] if events else []
+    except UserError:
+        if not args.dry_run:
+            raise
+        readme, taken = "", []  # a dry run needs no tracefs: this user may not read it, the kernel says the rest
     probes = compile_spec(spec, group, taken, readme=readme, vmlinux=args.vmlinux, btf_path=kernel.btf_vmlinux)
     if not args.dry_run:
         if events is None:
@@ -93,9 +97,8 @@ def _print(spec: ProbeSpec, probes, args) -> None:
         print(f"{verb} {probe.group}/{probe.event}")
         for note in probe.notes:
             print(f"  note:     {note}")
-        print(f"  tracefs:  echo '{probe.definition()}' >> /sys/kernel/tracing/{probe.control_file}")
-        if spec.filter:
-            print(f"            echo '{spec.filter}' > /sys/kernel/tracing/events/{probe.group}/{probe.event}/filter")
+        for label, command in zip(("tracefs:", ""), tracefs_commands(probe, spec.filter)):
+            print(f"  {label:<9} {command}")
         print(f"  perf:     {perf_command(spec, probe.group, probe.event)}")
         print(f"  bpftrace: {bpftrace_oneliner(spec, probe)}")
     if not args.dry_run:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import snapshot, sources
+from kprobe_tui.kernel.capabilities import denied
 
 
 def add_parser(subparsers) -> None:
@@ -16,7 +19,12 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     out = Path(args.out)
-    missing = snapshot.capture(sources.from_args(args), out, module_btf=not args.no_module_btf)
+    kernel = sources.from_args(args)
+    blocked = denied(kernel.tracefs, os.R_OK | os.X_OK) if kernel.tracefs is not None else None
+    if blocked:  # a snapshot without tracefs would lack what it is for (the probe files, the README)
+        raise UserError(f"cannot capture this kernel's tracing files: {blocked}",
+                        "run kprobe-tui snapshot as root, or where an administrator gave you read access to tracefs")
+    missing = snapshot.capture(kernel, out, module_btf=not args.no_module_btf)
     for item in missing:
         print(f"not captured: {item}")
     print(f"wrote {out} ({out.stat().st_size // 1024} KiB)")

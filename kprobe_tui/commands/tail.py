@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import queue
 import sys
 import time
@@ -13,6 +14,11 @@ from kprobe_tui.stream.parser import Event
 from kprobe_tui.stream.reader import StreamUpdate
 from kprobe_tui.stream.session import TailSession
 from kprobe_tui.stream.store import DEFAULT_CAPACITY
+
+# The ring is allocated up front, 8 bytes a slot (10M slots: 76 MB before the first event), and a
+# kept event takes ~300 bytes more (measured on a 3-argument uprobe line): 10M events full are ~3 GB.
+# Beyond that a typo is a MemoryError, at once or hours later.
+MAX_EVENTS = 10_000_000
 
 
 def add_parser(subparsers) -> None:
@@ -44,10 +50,11 @@ def event_json(event: Event) -> str:
 
 
 def run(args) -> int:
-    if args.max_events < 1:
-        raise UserError(f"--max-events {args.max_events}: must be at least 1")
-    if args.duration is not None and args.duration <= 0:
-        raise UserError(f"--duration {args.duration}: must be a positive number of seconds")
+    if not 1 <= args.max_events <= MAX_EVENTS:
+        raise UserError(f"--max-events {args.max_events}: must be 1 to {MAX_EVENTS:,}",
+                        "the events kept are allocated up front; for more, write them out: --json > FILE")
+    if args.duration is not None and not (math.isfinite(args.duration) and args.duration > 0):
+        raise UserError(f"--duration {args.duration}: must be a positive number of seconds", "e.g. --duration 10")
     session = TailSession(sources.from_args(args).tracing(), args.events, args.max_events, stacktrace=args.stacktrace)
     batches: queue.SimpleQueue = queue.SimpleQueue()
 

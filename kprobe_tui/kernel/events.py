@@ -1,10 +1,11 @@
 """Dynamic events in the kernel: create, enable, filter, disable, delete, list, and clean up.
 
-Ownership goes by group: this run's probes live in ``kptui_<pid>`` and are removed when the run
-ends (``lifetime.undo``); probes made to stay live in a persistent group (``kprobe_tui`` unless
-the user names one). Every other group (perf's ``probe``, an admin's, another live run's) is
-listed and never touched unless the user names it. A failed write leaves the event files as
-they were: whatever this call created before the failure is removed before the error goes up.
+Ownership goes by group: this run's probes live in its run-scoped group (``kptui_<pid>``, see
+``lifetime``) and are removed when the run ends (``lifetime.undo``); probes made to stay live in a
+persistent group (``kprobe_tui`` unless the user names one). Every other group (perf's ``probe``,
+an admin's, another live run's) is listed and never touched unless the user names it. A failed
+write leaves the event files as they were: whatever this call created before the failure is
+removed before the error goes up.
 """
 
 from __future__ import annotations
@@ -34,11 +35,11 @@ _DEFINITION = re.compile(r"^(?P<prefix>[a-z])\d*:(?P<group>[^/\s]+)/(?P<event>\S
 
 def owner_of(group: str) -> str:
     """Whose a group is: this run, kprobe-tui's persistent group, another run, a dead run, or someone else."""
-    if group == lifetime.run_name():
+    if group == lifetime.own_name():
         return THIS_RUN
     if group == DEFAULT_PERSISTENT_GROUP:
         return PERSISTENT
-    if lifetime.owner_pid(group) is not None:
+    if lifetime.is_run_scoped(group):
         return STALE if lifetime.is_stale(group) else OTHER_RUN
     return OTHERS
 
@@ -130,12 +131,22 @@ class Events:
     # -- writing -------------------------------------------------------------------------------
 
     def create(self, probes: Iterable[CompiledProbe], run_scoped: bool = False) -> list[DynamicEvent]:
-        """Define probes (all or none); run-scoped ones are removed when this run ends, however it ends."""
+        """Define probes (all or none); run-scoped ones are removed when this run ends, however it ends.
+
+        Every definition is checked before the first is written (``CompiledProbe.check``), and each
+        goes to the kernel in a write of its own: what fails leaves nothing of this call behind.
+        """
+        probes = list(probes)
+        for probe in probes:
+            probe.check()
+            if run_scoped and probe.group != lifetime.run_name():
+                raise UserError(f"run-scoped probes belong in group {lifetime.run_name()}, not {probe.group}")
+            if not run_scoped and lifetime.is_run_scoped(probe.group):
+                raise UserError(f"{probe.group!r} is a run-scoped group name, removed by cleanup",
+                                "create it in a persistent group, e.g. kprobe_tui")
         created: list[CompiledProbe] = []
         try:
             for probe in probes:
-                if run_scoped and probe.group != lifetime.run_name():
-                    raise UserError(f"run-scoped probes belong in group {lifetime.run_name()}, not {probe.group}")
                 if not self.tracefs.exists(probe.control_file):
                     raise UserError(f"this kernel has no {probe.control_file}: it cannot take {probe.group}/{probe.event}",
                                     "see what it allows: kprobe-tui doctor")
@@ -164,7 +175,7 @@ class Events:
         The group is part of an event's identity, so the probe is re-created there (a free name
         is taken if its own is used) and the run-scoped one removed.
         """
-        if lifetime.owner_pid(group) is not None:
+        if lifetime.is_run_scoped(group):
             raise UserError(f"{group!r} is a run-scoped name", "pin into a persistent group, e.g. kprobe_tui")
         name = unique_name(event.event, {e.event for e in self.events_in(group)}, MAX_EVENT_NAME_LEN)
         head, rest = event.definition.split(" ", 1)
@@ -241,13 +252,12 @@ class Events:
         """The top-level buffer, this run's instance and stale runs' instances: where our events may be on."""
         buffers = [self.tracefs]
         for name in self._instance_names():
-            if name == lifetime.run_name() or lifetime.is_stale(name):
+            if name == lifetime.own_name() or lifetime.is_stale(name):
                 buffers.append(Tracefs(self.tracefs.path(f"instances/{name}")))
         return buffers
 
     def _instance_names(self) -> list[str]:
-        directory = self.tracefs.path("instances")
-        return sorted(os.listdir(directory)) if directory.is_dir() else []
+        return self.tracefs.listdir("instances")
 
     # -- cleanup -------------------------------------------------------------------------------
 
@@ -258,7 +268,8 @@ class Events:
         return [name for name in self._instance_names() if lifetime.is_stale(name)]
 
     def cleanup(self) -> tuple[list[str], list[DynamicEvent]]:
-        """Remove what dead runs left: their instances first (that disables events in them), then groups."""
+        """Remove what dead runs left: their instances first (that disables events in them), then groups,
+        then the lock files of dead runs that left nothing (``lifetime``)."""
         instances = self.stale_instances()
         for name in instances:
             try:
@@ -268,4 +279,8 @@ class Events:
         removed: list[DynamicEvent] = []
         for group in self.stale_groups():
             removed += self.delete_group(group)
+        left = {event.group for event in self.list()} | set(self._instance_names())
+        for name in lifetime.dead_runs():
+            if name not in left:
+                lifetime.forget(name)
         return instances, removed

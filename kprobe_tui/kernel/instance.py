@@ -20,13 +20,15 @@ from kprobe_tui.kernel.events import Events
 from kprobe_tui.kernel.tracefs import Tracefs
 
 _STATS_FIELD = re.compile(r"^(overrun|dropped events):\s*(\d+)", re.M)
+_TRACEPOINT = re.compile(r"[A-Za-z0-9_][\w-]*", re.ASCII)  # a tracepoint's group or event: no '/', no '..' 
 
 
 def resolve_events(events: Events, patterns: list[str]) -> list[tuple[str, str]]:
     """``(group, event)`` for each ``group/event``, ``group:event`` or ``event`` glob, any owner.
 
-    Dynamic events are matched by glob; an exact ``group/event`` also names tracepoints.
-    No pattern: every dynamic event.
+    Dynamic events are matched by glob; an exact ``group/event`` also names a tracepoint (never a
+    whole subsystem: ``sched/`` would be mostly our own threads' scheduling). No pattern: every
+    dynamic event.
     """
     known = [(e.group, e.event) for e in events.list()]
     if not patterns:
@@ -37,9 +39,15 @@ def resolve_events(events: Events, patterns: list[str]) -> list[tuple[str, str]]
     chosen: list[tuple[str, str]] = []
     for pattern in patterns:
         group_glob, sep, event_glob = pattern.replace(":", "/", 1).rpartition("/")
+        if not event_glob or (sep and not group_glob):
+            problem = ("names neither a group nor an event" if not (group_glob or event_glob) else
+                       f"names group {group_glob!r} but no event" if group_glob else "has no group before the '/'")
+            raise UserError(f"{pattern!r} {problem}",
+                            "name events: GROUP/EVENT, GROUP/* or EVENT (globs), or one tracepoint as GROUP/EVENT")
         hits = [(g, e) for g, e in known
                 if fnmatch.fnmatchcase(e, event_glob) and (not sep or fnmatch.fnmatchcase(g, group_glob))]
-        if not hits and sep and events.tracefs.exists(f"events/{group_glob}/{event_glob}/enable"):
+        if not hits and sep and _TRACEPOINT.fullmatch(group_glob) and _TRACEPOINT.fullmatch(event_glob) \
+                and events.tracefs.exists(f"events/{group_glob}/{event_glob}/enable"):
             hits = [(group_glob, event_glob)]
         if not hits:
             raise UserError(f"no probe event matches {pattern!r}",

@@ -1,43 +1,274 @@
 """What this run puts in the kernel is taken out when the run ends, however it ends.
 
-Probe groups and tracefs instances made for one run carry the run's PID in their name
-(``kptui_<pid>``). Each is registered here with the action that removes it; the actions run
-(newest first) on normal exit, on an unhandled exception, and on SIGTERM, SIGHUP (the SSH
-connection dropped) and SIGINT. After SIGKILL nothing can run, so the next start finds names
-whose PID is dead (``is_stale``) and offers to remove them.
+Probe groups and tracefs instances made for one run carry the run's name, ``kptui_<pid>`` (or
+``kptui_<pid>_<n>`` when that name is taken). Each object is registered here with the action that
+removes it; the actions run (newest first) on normal exit, on an unhandled exception, and on
+SIGTERM, SIGHUP (the SSH connection dropped) and SIGINT. After SIGKILL nothing can run, so a
+later ``kprobe-tui cleanup`` finds the names of dead runs (``is_stale``) and removes their objects.
+
+Whether a run is alive is decided by a lock, not by its PID. A run holds an flock on
+``/run/kprobe-tui/<name>.lock`` from the moment it takes its name until it exits; the kernel
+drops the lock when the process dies, SIGKILL included, so a name whose lock anyone can take is
+a dead run's. A PID cannot say this: PIDs are reused, a PID means something only in its own PID
+namespace (a run under ``unshare --pid`` is PID 1 there and cannot see the host's processes, and
+the host's PID 1 is init), and process start times are shifted by time namespaces. An flock is
+on the file itself, the same from every namespace that shares /run, and no reused PID can hold
+it. Taking the name means creating its lock file (``O_EXCL``, already locked), so two runs never
+share a name, whatever their PIDs. The file records the boot it belongs to: a /run shared with
+another kernel (a QEMU guest mounting the host's root) is not taken for ours.
+
+A name without a lock file we can see (made by an older kprobe-tui, or by a run that could not
+write /run) is judged the old way, by its PID, and only from the initial PID namespace, where
+every PID is visible; from anywhere else it is never called stale.
 """
 
 from __future__ import annotations
 
 import atexit
+import errno
+import fcntl
+import functools
 import os
 import re
+import secrets
 import signal
+import stat
 import sys
 import threading
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import psutil
 
 RUN_PREFIX = "kptui_"
-_RUN_NAME = re.compile(rf"^{RUN_PREFIX}(\d+)$")
+_RUN_NAME = re.compile(rf"{RUN_PREFIX}(\d+)(?:_(\d+))?")
+LOCK_DIR = Path("/run/kprobe-tui")
+_LOCK_SUFFIX = ".lock"
+_INIT_PID_NAMESPACE = 0xEFFFFFFC  # PROC_PID_INIT_INO (include/linux/proc_ns.h): the initial PID namespace
+_MAX_SUFFIX = 1000
+
+HELD, FREE, ABSENT, UNKNOWN = "held", "free", "absent", "unknown"
 
 
-def run_name(pid: int | None = None) -> str:
-    """The name of this run's probe group and tracefs instance."""
-    return f"{RUN_PREFIX}{pid if pid is not None else os.getpid()}"
+@dataclass
+class _Claim:
+    name: str
+    lock: Path | None  # the lock file; None when /run could not take one
+    fd: int | None  # holding its lock
 
 
-def owner_pid(name: str) -> int | None:
-    """The PID a run-scoped name belongs to, or None for names that are not ours."""
-    match = _RUN_NAME.match(name)
+# This process's names, by the PID it had when it took them: a forked child takes its own (its copies
+# of the parent's locks are closed at the fork), and the screenshot tests pretend to be PID 4242.
+_claims: dict[int, _Claim] = {}
+_claim_lock = threading.RLock()  # re-entrant: a signal handler may end the run while the main thread holds it
+
+
+def run_name() -> str:
+    """The name of this run's probe group and tracefs instance, taken (and locked) on first use."""
+    with _claim_lock:
+        pid = os.getpid()
+        if pid not in _claims:
+            _claims[pid] = _take_name(pid)
+        undo.install()
+        return _claims[pid].name
+
+
+def own_name() -> str | None:
+    """This run's name if it has taken one (asking never takes one: ``list`` makes nothing)."""
+    claim = _claims.get(os.getpid())
+    return claim.name if claim is not None else None
+
+
+def _forget_parents_names() -> None:
+    """In a forked child: the names are the parent's, and so are the locks (it still holds them)."""
+    for claim in _claims.values():
+        if claim.fd is not None:
+            os.close(claim.fd)
+    _claims.clear()
+
+
+os.register_at_fork(after_in_child=_forget_parents_names)
+
+
+def _pid_of(name: str) -> int | None:
+    """The PID in a run-scoped name (in the namespace of the run that made it), or None for names not ours."""
+    match = _RUN_NAME.fullmatch(name)
     return int(match.group(1)) if match else None
 
 
+def is_run_scoped(name: str) -> bool:
+    """Whether a group or instance name is one kprobe-tui gives a run (never a name a user may pick)."""
+    return _RUN_NAME.fullmatch(name) is not None
+
+
 def is_stale(name: str) -> bool:
-    """A run-scoped name whose process is gone (killed with SIGKILL, or crashed hard)."""
-    pid = owner_pid(name)
-    return pid is not None and pid != os.getpid() and not psutil.pid_exists(pid)
+    """A run-scoped name whose run is gone (killed with SIGKILL, or crashed hard)."""
+    if not is_run_scoped(name) or name == own_name():
+        return False
+    state = lock_state(name)
+    if state != ABSENT:
+        return state == FREE
+    pid = _pid_of(name)
+    return name == f"{RUN_PREFIX}{pid}" and in_initial_pid_namespace() and not psutil.pid_exists(pid)
+
+
+def in_initial_pid_namespace() -> bool:
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino == _INIT_PID_NAMESPACE
+    except OSError:
+        return False
+
+
+def lock_state(name: str) -> str:
+    """HELD (its run is alive), FREE (dead), ABSENT (no lock file of this boot), UNKNOWN (not ours to open)."""
+    directory = _lock_dir()
+    if directory is None:
+        return ABSENT
+    try:
+        fd = os.open(directory / f"{name}{_LOCK_SUFFIX}", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return ABSENT
+    except OSError:
+        return UNKNOWN  # another user's (0600), or not a plain file
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return UNKNOWN
+        if os.pread(fd, 64, 0).decode(errors="replace").split(" ")[-1].strip() != _boot_id():
+            return ABSENT
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return HELD
+        return FREE
+    finally:
+        os.close(fd)
+
+
+def forget(name: str) -> None:
+    """Remove a dead run's lock file, once its objects are gone (a live run's is never touched)."""
+    directory = _lock_dir()
+    if directory is None or name == own_name():
+        return
+    _unlink_if_free(directory / f"{name}{_LOCK_SUFFIX}")
+
+
+def dead_runs() -> list[str]:
+    """Names whose lock file is free: runs that died, whether or not they left anything in tracefs."""
+    directory = _lock_dir()
+    if directory is None:
+        return []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    found = []
+    for entry in names:
+        name = entry.removesuffix(_LOCK_SUFFIX)
+        if entry.endswith(_LOCK_SUFFIX) and is_run_scoped(name) and name != own_name() and lock_state(name) == FREE:
+            found.append(name)
+    return sorted(found)
+
+
+@functools.lru_cache(maxsize=1)
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "unknown-boot"
+
+
+def _lock_dir(create: bool = False) -> Path | None:
+    """/run/kprobe-tui when it is a directory root made (sticky, world-writable: lab users lock there too)."""
+    try:
+        status = os.lstat(LOCK_DIR)
+    except FileNotFoundError:
+        if not create:
+            return None
+        try:
+            os.mkdir(LOCK_DIR, 0o700)
+            os.chmod(LOCK_DIR, 0o1777)
+        except FileExistsError:
+            pass
+        except OSError:
+            return None  # not root, or /run is read-only (a QEMU guest's view of the host)
+        return _lock_dir()
+    except OSError:
+        return None
+    if not stat.S_ISDIR(status.st_mode) or status.st_uid != 0:
+        return None  # only a directory root made is trusted: its sticky bit keeps users' files apart
+    return LOCK_DIR
+
+
+def _take_name(pid: int) -> _Claim:
+    """``kptui_<pid>``, or the first free ``kptui_<pid>_<n>``: a name no other run holds or left."""
+    directory = _lock_dir(create=True)
+    if directory is None:
+        return _Claim(f"{RUN_PREFIX}{pid}", None, None)
+    for suffix in range(_MAX_SUFFIX):
+        name = f"{RUN_PREFIX}{pid}" + (f"_{suffix}" if suffix else "")
+        try:
+            fd = _create_locked(directory, name, pid)
+        except OSError:
+            break  # /run not writable for us: fall back to the name alone
+        if fd is not None:
+            return _Claim(name, directory / f"{name}{_LOCK_SUFFIX}", fd)
+    return _Claim(f"{RUN_PREFIX}{pid}", None, None)
+
+
+def _create_locked(directory: Path, name: str, pid: int) -> int | None:
+    """The lock file of ``name``, created already locked (None when it exists: the name is taken).
+
+    It is written and locked under a temporary name, then linked into place, so no one ever
+    sees it unlocked while its run lives.
+    """
+    temporary = directory / f".{name}.{secrets.token_hex(4)}"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(fd, f"pid {pid} boot {_boot_id()}\n".encode())
+        os.link(temporary, directory / f"{name}{_LOCK_SUFFIX}")
+    except BaseException as exc:
+        os.close(fd)
+        if isinstance(exc, FileExistsError):
+            return None
+        raise
+    finally:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+    return fd
+
+
+def _unlink_if_free(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.unlink(path)  # while we hold it: no run can be holding it now
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _release_names(failed: bool) -> None:
+    """At exit: a lock file goes when everything was removed; else it stays, unlocked, for cleanup to find."""
+    with _claim_lock:
+        for claim in _claims.values():
+            if claim.fd is None:
+                continue
+            if not failed:
+                try:
+                    os.unlink(claim.lock)
+                except OSError as exc:
+                    if exc.errno != errno.ENOENT:
+                        print(f"kprobe-tui: could not remove the lock of {claim.name}: {exc.strerror}", file=sys.stderr)
+            os.close(claim.fd)
+            claim.fd = None
 
 
 class _Undo:
@@ -48,11 +279,13 @@ class _Undo:
         self._lock = threading.RLock()
         self._actions: dict[int, tuple[str, Callable[[], None]]] = {}
         self._next = 0
-        self._installed = False
+        self._at_exit = False
+        self._on_signals = False
+        self._failed = False
 
     def push(self, description: str, action: Callable[[], None]) -> int:
         with self._lock:
-            self._install()
+            self.install()
             self._next += 1
             self._actions[self._next] = (description, action)
             return self._next
@@ -84,19 +317,27 @@ class _Undo:
                 failures.append(f"{description}: {exc}")
         for failure in failures:
             print(f"kprobe-tui: could not remove {failure}", file=sys.stderr)
+        self._failed = self._failed or bool(failures)
         return failures
 
-    def _install(self) -> None:
-        if self._installed:
-            return
-        self._installed = True
-        atexit.register(self.run_all)
-        if threading.current_thread() is threading.main_thread():
+    def finish(self) -> None:
+        """The end of the run: undo everything, then let go of the run's name."""
+        self.run_all()
+        _release_names(self._failed)
+
+    def install(self) -> None:
+        """Run ``finish`` at exit, and on SIGTERM/SIGHUP once called from the main thread (only it may
+        set signal handlers; the TUI takes its name on a worker thread)."""
+        if not self._at_exit:
+            self._at_exit = True
+            atexit.register(self.finish)
+        if not self._on_signals and threading.current_thread() is threading.main_thread():
+            self._on_signals = True
             for signum in (signal.SIGTERM, signal.SIGHUP):
                 signal.signal(signum, self._on_signal)
 
     def _on_signal(self, signum, _frame) -> None:
-        self.run_all()
+        self.finish()
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 

@@ -69,9 +69,9 @@ def read_hits(tracefs: Tracefs) -> dict[str, ProbeHits]:
     """Counts of every kprobe and uprobe this user may read, by ``group/event``."""
     counts: dict[str, ProbeHits] = {}
     for profile, control, is_uprobe in _PROFILES:
-        if not (tracefs.exists(profile) and tracefs.exists(control)):
-            continue
         try:
+            if not (tracefs.exists(profile) and tracefs.exists(control)):
+                continue
             definitions = tracefs.read(control).splitlines()
             text = tracefs.read(profile)
         except UserError:

@@ -8,6 +8,7 @@ entry and return probes without debug info, from BTF (``compile_btf``).
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -16,7 +17,7 @@ from typing import Any
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.capabilities import readme_offers
-from kprobe_tui.probes.render import default_arg_name, default_event_name, unique_name
+from kprobe_tui.probes.render import always_quoted, default_arg_name, default_event_name, unique_name
 from kprobe_tui.probes.spec import (
     LOCALS_GONE,
     MAX_ARG_NAME_LEN,
@@ -86,7 +87,7 @@ class ElfSymbols:
         if not found:
             raise UserError(
                 f"{name!r}: no such function in {self.path}",
-                f"list them with: kprobe-tui funcs -x {self.path}, or nm -D {self.path}",
+                f"list them with: kprobe-tui funcs -x {shlex.quote(str(self.path))}, or nm -D {shlex.quote(str(self.path))}",
             )
         if len(found) > 1:
             where = ", ".join(f"0x{s.address:x}" for s in found)
@@ -120,8 +121,8 @@ def uprobe_data_fetch(binary: str, data_address: int, probe_address: int) -> str
 def _refuse_exit_arguments(spec: ProbeSpec, token: str, return_args: bool) -> None:
     """Arguments at function exit exist only where the kernel saved them at entry: refuse with why, or pass."""
     entry = spec.place_text().removesuffix("%return")
-    option = f"-x {spec.binary} " if spec.is_uprobe else "--fprobe " if spec.kind == "fprobe" else ""
-    command = f"kprobe-tui probe {option}'{entry}' '{token}'"
+    option = f"-x {shlex.quote(spec.binary)} " if spec.is_uprobe else "--fprobe " if spec.kind == "fprobe" else ""
+    command = f"kprobe-tui probe {option}{always_quoted(entry)} {always_quoted(token)}"
     if spec.is_uprobe:
         raise UserError(f"{token!r}: uprobes cannot read arguments at function exit "
                         "(the kernel saves entry arguments for kernel return probes only)", f"probe the entry too: {command}")
@@ -170,7 +171,7 @@ def _data_symbol_address(binary: str, name: str) -> int:
             for sym in section.get_symbol_by_name(name) or () if section else ():
                 if sym["st_value"]:
                     return sym["st_value"]
-    raise UserError(f"@{name}: no such symbol in {binary}", f"list them with: nm {binary}")
+    raise UserError(f"@{name}: no such symbol in {binary}", f"list them with: nm {shlex.quote(binary)}")
 
 
 def needs_debuginfo(spec: ProbeSpec) -> bool:
@@ -258,16 +259,19 @@ def compile_spec(
     ``readme`` is tracefs README: it says whether this kernel takes $argN, BTF argument names, and
     arguments on return probes.
     A line probe can compile to several probes (inlined copies), named ``ev``, ``ev_1``...
+    Each is checked to be one valid definition line (``CompiledProbe.check``) before it is returned.
     """
     debug_file = spec.binary or vmlinux
     untyped_retval = any(a.kind == "retval" and not a.type for a in spec.args)
     typed_retval = untyped_retval and (_has_dwarf(debug_file) if debug_file else _btf_available(btf_path))
     if not needs_debuginfo(spec) and not typed_retval:
-        return [compile_raw(spec, group, taken, arg_n_supported=readme_offers(readme, "arg_n"),
-                            return_args=readme_offers(readme, "return_args"))]
-    if spec.is_uprobe or vmlinux:
-        return compile_dwarf(spec, group, taken, vmlinux=vmlinux, readme=readme)
-    return [compile_btf(spec, group, taken, readme=readme, btf_path=btf_path)]
+        probes = [compile_raw(spec, group, taken, arg_n_supported=readme_offers(readme, "arg_n"),
+                              return_args=readme_offers(readme, "return_args"))]
+    elif spec.is_uprobe or vmlinux:
+        probes = compile_dwarf(spec, group, taken, vmlinux=vmlinux, readme=readme)
+    else:
+        probes = [compile_btf(spec, group, taken, readme=readme, btf_path=btf_path)]
+    return [probe.check() for probe in probes]
 
 
 def _btf_available(btf_path: str | Path | None) -> bool:
@@ -354,7 +358,8 @@ def _source_line_place(info, source: str, line: int) -> str:
 
     found = find_line_range(info, LineSpec(None, source, line, line))
     if line not in found.lines:
-        raise UserError(f"{source}:{line}: not a probeable line", f"see which are: kprobe-tui lines {source}:{max(1, line - 5)}-{line + 5}")
+        raise UserError(f"{source}:{line}: not a probeable line",
+                        f"see which are: kprobe-tui lines {shlex.quote(f'{source}:{max(1, line - 5)}-{line + 5}')}")
     unit = info.units.of(found.comp_dir_cu)
     for row in unit.rows:
         name = unit.file_name(row.file)

@@ -10,6 +10,7 @@ import re
 import shlex
 from collections.abc import Iterable
 
+from kprobe_tui.errors import UserError
 from kprobe_tui.probes.spec import (
     MAX_EVENT_NAME_LEN,
     CompiledProbe,
@@ -19,9 +20,28 @@ from kprobe_tui.probes.spec import (
 
 
 def sanitize(text: str) -> str:
-    """A kernel-acceptable name from any text: ``foo.isra.0`` -> ``foo_isra_0``."""
-    name = re.sub(r"\W", "_", text)
-    return name if re.match(r"^[A-Za-z_]", name) else f"_{name}"
+    """A kernel-acceptable name from any text: ``foo.isra.0`` -> ``foo_isra_0``, ``café`` -> ``caf_``."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", text)
+    return name if re.match(r"[A-Za-z_]", name) else f"_{name}"
+
+
+def perf_hash(text: str) -> str:
+    """perf's ``str_hash`` (h = h * 31 + c over the bytes, in a 64-bit size_t), as the 8 hex digits
+    ``probe_trace_event__hash_event`` keeps of it."""
+    value = 0
+    for byte in text.encode(errors="surrogateescape"):
+        value = (value * 31 + (byte - 256 if byte > 127 else byte)) % 2**64  # char is signed on x86
+    return f"{value:x}"[:8]
+
+
+def shorten(base: str, suffix: str = "") -> str:
+    """``base + suffix`` as a valid event name, a long one cut the way perf cuts a long symbol
+    (probe_trace_event__hash_event, perf 6.13): its first 46 characters, '_' and 8 hex digits of a
+    hash of all of it, so two long names stay apart and ``__return`` still fits in 63."""
+    if len(base) + len(suffix) <= MAX_EVENT_NAME_LEN:
+        return base + suffix
+    keep = min(46, MAX_EVENT_NAME_LEN - len(suffix) - 9)
+    return f"{base[:keep]}_{perf_hash(base)}{suffix}"
 
 
 def unique_name(base: str, taken: Iterable[str], limit: int) -> str:
@@ -43,13 +63,14 @@ def default_event_name(spec: ProbeSpec, line: int | None = None) -> str:
     else:
         base = spec.function or (spec.source or "probe").rsplit("/", 1)[-1]
     line = line if line is not None else spec.line
+    suffix = ""
     if spec.is_return:
-        base += "__return"
+        suffix = "__return"
     elif line is not None:
-        base += f"_L{line}"
+        suffix = f"_L{line}"
     elif spec.offset:
-        base += f"_{spec.offset}"
-    return sanitize(base)[:MAX_EVENT_NAME_LEN]
+        suffix = f"_{spec.offset}"
+    return shorten(sanitize(base), suffix)
 
 
 def default_arg_name(arg: ProbeArg) -> str:
@@ -174,10 +195,34 @@ def _bpftrace_predicate(spec: ProbeSpec, probe: CompiledProbe | None, exclude_pi
     return f" /{' && '.join(tests)}/" if tests else ""
 
 
-def _sudo_echo(text: str, path: str, append: bool = True) -> str:
-    """``sudo sh -c "echo '...' >> path"``, escaped so the outer shell expands nothing ($retval stays)."""
-    inner = f"echo '{text}' {'>>' if append else '>'} {path}"
-    return 'sudo sh -c "' + re.sub(r'([$`"\\])', r"\\\1", inner) + '"'
+def always_quoted(word: str) -> str:
+    """``word`` in single quotes for a shell, its own quotes escaped: a spec word looks the same every time."""
+    return "'" + word.replace("'", "'\"'\"'") + "'"
+
+
+def shell_write(text: str, path: str, append: bool = True, sudo: bool = False) -> str:
+    """The shell command that writes ``text`` as one line to ``path``, every word quoted (shlex).
+
+    ``echo`` as the primer writes it; ``printf '%s\\n'`` when ``echo`` would not print the text as
+    it is (dash's and zsh's echo turn backslashes into escapes, and a leading '-' is an option).
+    ``sudo``: the text goes through a pipe to ``sudo sh -c 'cat >> FILE'``, so no second shell
+    parses it (``sudo tee -a`` would be shorter, but it seeks to the end, which tracefs refuses).
+    """
+    writer = ["printf", "%s\\n"] if "\\" in text or text.startswith("-") else ["echo"]
+    words = [shlex.quote(word) for word in [*writer, text]]
+    redirect = f"{'>>' if append else '>'} {shlex.quote(path)}"
+    if sudo:
+        return " ".join([*words, "|", "sudo", "sh", "-c", shlex.quote(f"cat {redirect}")])
+    return " ".join([*words, redirect])
+
+
+def tracefs_commands(probe: CompiledProbe, filter: str | None, tracefs_root: str = "/sys/kernel/tracing",
+                     sudo: bool = False) -> list[str]:
+    """The shell commands that make ``probe`` by hand: its definition, then its filter."""
+    lines = [shell_write(probe.definition(), f"{tracefs_root}/{probe.control_file}", sudo=sudo)]
+    if filter:
+        lines.append(shell_write(filter, f"{tracefs_root}/events/{probe.group}/{probe.event}/filter", False, sudo))
+    return lines
 
 
 def admin_handoff(spec: ProbeSpec, probes: list[CompiledProbe], user: str,
@@ -185,17 +230,18 @@ def admin_handoff(spec: ProbeSpec, probes: list[CompiledProbe], user: str,
     """What a user without tracefs write access hands to an administrator: the probe made with
     ``perf probe`` or by hand, then the one-time step that lets the ``perf`` group use tracefs
     (as Documentation/admin-guide/perf-security.rst sets up a perf users group)."""
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\$?", user):  # it goes into a comment line as well
+        raise UserError(f"{user!r}: not a user name an administrator can add to a group", "")
     lines = ["# the probe, with perf:"]
     lines += [f"sudo {perf_command(spec, probe.group, probe.event)}" for probe in probes]
     lines.append("# or by hand, without perf:")
     for probe in probes:
-        lines.append(_sudo_echo(probe.definition(), f"{tracefs_root}/{probe.control_file}"))
-        if spec.filter:
-            lines.append(_sudo_echo(spec.filter, f"{tracefs_root}/events/{probe.group}/{probe.event}/filter", append=False))
+        lines += tracefs_commands(probe, spec.filter, tracefs_root, sudo=True)
+    root = shlex.quote(tracefs_root)
     lines += [
         f"# once, so that {user} can enable and read probes without sudo (the perf group):",
         f"sudo groupadd -f perf && sudo usermod -aG perf {shlex.quote(user)}",
-        f"sudo mount -o remount,mode=750 {tracefs_root}",
-        f"sudo chgrp -R perf {tracefs_root} && sudo chmod -R g+rwX {tracefs_root}",  # X: directories traversable
+        f"sudo mount -o remount,mode=750 {root}",
+        f"sudo chgrp -R perf {root} && sudo chmod -R g+rwX {root}",  # X: directories traversable
     ]
     return lines

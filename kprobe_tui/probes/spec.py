@@ -4,37 +4,63 @@ A ``ProbeSpec`` is the C-level intent (``tcp_recvmsg sk->__sk_common.skc_state l
 compiler turns it into ``CompiledProbe``s (place + fetch-args) that the kernel accepts. Parsing
 checks everything that does not need the kernel or the debug info, so bad input is reported
 with the offending token before anything is written to tracefs.
+
+Everything here is untrusted text that ends up in a line the kernel parses by spaces, runs line
+by line and cuts at '#': names are checked against exactly what the kernel takes, raw fetch-args
+against its fetch-arg grammar, paths for what a definition line cannot say, and
+``CompiledProbe.check`` proves the finished line is one definition before it is written.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from dataclasses import dataclass, replace
 
 from kprobe_tui.errors import UserError
+from kprobe_tui.kernel import lifetime
+from kprobe_tui.kernel.tracefs import (
+    KERNEL_SPACE_BYTE,
+    MAX_COMMAND_LINE,
+    MAX_FILTER_BYTES,
+    control_character,
+    describe_character,
+)
 
-# Kernel limits (kernel/trace/trace_probe.h): longer names or more args are refused with EINVAL.
-MAX_EVENT_NAME_LEN = 64
+# Kernel limits. Event and group names: the kernel's MAX_EVENT_NAME_LEN is 64 bytes with the NUL;
+# traceprobe_parse_event_name refuses an event of len >= 64 and a group of len + 1 > 64, so 63
+# characters at most (kernel/trace/trace.h and trace_probe.c, the same in 6.1 and 6.12; measured
+# in tests/kernel/test_untrusted_guest.py). Argument names: refused when len > MAX_ARG_NAME_LEN.
+MAX_EVENT_NAME_LEN = 63
 MAX_ARG_NAME_LEN = 32
 MAX_TRACE_ARGS = 128
+MAX_FETCH_DEPTH = 8  # nested +OFF(...) dereferences we accept; the kernel has 16 fetch operations in all
 
 DEFAULT_PERSISTENT_GROUP = "kprobe_tui"
 
 LOCALS_GONE = "local variables are gone when the function returns"
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_INT_TYPE = re.compile(r"^[sux](8|16|32|64)$")
-_BITFIELD_TYPE = re.compile(r"^b(\d+)@(\d+)/(8|16|32|64)$")
-_ARRAY_TYPE = re.compile(r"^(?P<base>[^\[\]]+)\[(?P<count>\d+)\]$")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_INT_TYPE = re.compile(r"[sux](8|16|32|64)")
+_BITFIELD_TYPE = re.compile(r"b(\d+)@(\d+)/(8|16|32|64)", re.ASCII)
+_ARRAY_TYPE = re.compile(r"(?P<base>[^\[\]]+)\[(?P<count>\d+)\]", re.ASCII)
 _SCALAR_TYPES = {"char", "string", "ustring", "symbol", "symstr", "%pd", "%pD"}
 _REGISTERS = {
     "ax", "bx", "cx", "dx", "si", "di", "bp", "sp", "ip", "flags", "cs", "ss", "ds", "es", "fs", "gs",
     *(f"r{n}" for n in range(8, 16)), "orig_ax",
 }
 # A C access path: identifier, then any of ->member, .member, [index].
-_C_PATH = re.compile(r"^[A-Za-z_]\w*(?:(?:->|\.)[A-Za-z_]\w*|\[\d+\])*$")
-_C_STEP = re.compile(r"->([A-Za-z_]\w*)|\.([A-Za-z_]\w*)|\[(\d+)\]")
+# (Names may be any identifier C allows, café too: they are looked up in DWARF and BTF, never written as they are.)
+_C_PATH = re.compile(r"[^\W\d]\w*(?:(?:->|\.)[^\W\d]\w*|\[\d+\])*")
+_C_STEP = re.compile(r"->([^\W\d]\w*)|\.([^\W\d]\w*)|\[(\d+)\]")
+# Raw fetch-args (kprobetrace.rst, uprobetracer.rst "FETCHARGS"), as the kernel's parse_probe_arg reads them.
+_NUMBER = r"(?:0[xX][0-9a-fA-F]+|\d+)"
+_DEREF = re.compile(rf"[+-]u?{_NUMBER}\((?P<inner>.*)\)", re.ASCII | re.S)  # +|-[u]OFFS(FETCHARG)
+_IMMEDIATE = re.compile(rf"\\(?:[+-]?{_NUMBER}|\"[!$-~]*\")", re.ASCII)  # \IMM, \"STRING" (no '"', '#', space)
+_MEMORY = re.compile(rf"@(?:{_NUMBER}|\+{_NUMBER}|[A-Za-z_.][\w.]*(?:[+-]{_NUMBER})?)", re.ASCII)  # @ADDR @+FOFFS @SYM+off
+_SPECIAL = re.compile(r"\$(?:stack\d*|arg\d+|retval|comm)", re.ASCII)
+_REGISTER = re.compile(r"%[A-Za-z0-9_]+")
 
 
 @dataclass(frozen=True)
@@ -115,24 +141,80 @@ def _fail(token: str, why: str, hint: str) -> UserError:
     return UserError(f"{token!r}: {why}", hint)
 
 
+def check_text(text: str, what: str) -> str:
+    """Refuse a control character (a newline above all) in anything typed: it would start a second command."""
+    bad = control_character(text)
+    if bad >= 0:
+        raise UserError(f"{text!r}: {describe_character(text[bad])} in the {what} at column {bad + 1}",
+                        "a probe is one line of tracefs: remove it")
+    return text
+
+
 def check_name(name: str, what: str, limit: int) -> str:
     """A group, event or argument name the kernel accepts, or a UserError naming it."""
-    if not _NAME.match(name):
+    check_text(name, f"{what} name")
+    if not name.isascii():
+        raise _fail(name, f"not a valid {what} name: the kernel takes ASCII letters, digits and '_' only",
+                    "spell it in ASCII, e.g. cafe for café")
+    if not _NAME.fullmatch(name):
         raise _fail(name, f"not a valid {what} name", "use letters, digits and '_', not starting with a digit")
     if len(name) > limit:
         raise _fail(name, f"{what} name is {len(name)} characters, the kernel takes at most {limit}", "pick a shorter name")
     return name
 
 
+def check_group(name: str, own: str | None = None) -> str:
+    """A group a user may name: valid, and not a run-scoped name (``kptui_<pid>``: ``cleanup`` owns those).
+
+    ``own`` is this run's group, which the builder offers for its run-scoped probes.
+    """
+    check_name(name, "group", MAX_EVENT_NAME_LEN)
+    if lifetime.is_run_scoped(name) and name != own:
+        raise _fail(name, "names like this are kprobe-tui's run-scoped groups, removed with their run or by cleanup",
+                    "pick another group, e.g. kprobe_tui (the default) or a name of your own")
+    return name
+
+
+def uprobe_target(path: str) -> str:
+    """The file a uprobe goes on, as written to tracefs: resolved (symlinks and ``..``, as the kernel
+    would follow them) so the line names this very file, and only if a definition line can say it."""
+    resolved = os.path.realpath(path)
+    problem = _unsayable(resolved)
+    if problem:
+        shown = f"{path!r}" + (f" (resolved: {resolved!r})" if resolved != os.path.abspath(path) else "")
+        raise UserError(f"{shown}: tracefs cannot name this file: its path holds {problem}",
+                        "give the same file by a path without it: hard-link it (ln FILE /tmp/NAME: the same inode, so "
+                        "the probe fires for every process running it) or bind-mount its directory")
+    return resolved
+
+
+def _unsayable(path: str) -> str | None:
+    """What in a path a definition line cannot carry, in words; None when it can carry all of it."""
+    bad = control_character(path)
+    if bad >= 0:
+        return describe_character(path[bad])
+    if any(char.isspace() for char in path):
+        return "whitespace, which ends a word of the definition line"
+    if "#" in path:
+        return "'#', after which the kernel reads the line as a comment"
+    try:
+        encoded = path.encode()
+    except UnicodeEncodeError:
+        return "bytes that are not UTF-8"
+    if KERNEL_SPACE_BYTE in encoded:
+        return "byte 0xa0 in its UTF-8, which the kernel's parser takes for a space"
+    return None
+
+
 def check_type(type_text: str) -> str:
     """A fetch-arg type the kernel knows (kprobetrace.rst "Types"), or a UserError naming it."""
-    array = _ARRAY_TYPE.match(type_text)
+    array = _ARRAY_TYPE.fullmatch(type_text)
     base = array["base"] if array else type_text
     if array and not 0 < int(array["count"]) <= 64:
         raise _fail(type_text, "array size must be 1..64", "e.g. :u8[16]")
-    if _INT_TYPE.match(base) or base in _SCALAR_TYPES:
+    if _INT_TYPE.fullmatch(base) or base in _SCALAR_TYPES:
         return type_text
-    bits = _BITFIELD_TYPE.match(base)
+    bits = _BITFIELD_TYPE.fullmatch(base)
     if bits and not array:
         width, offset, container = (int(v) for v in bits.groups())
         if 0 < width and width + offset <= container:
@@ -154,9 +236,9 @@ def _parse_number(token: str, text: str) -> int:
 
 def parse_arg(text: str) -> ProbeArg:
     """``[NAME=]EXPR[:TYPE]`` where EXPR is a C path, $retval/$params/$vars/$argN/$comm, %REG or @SYM."""
-    token = text
+    token = check_text(text, "argument")
     name = type_ = None
-    head = re.match(r"^([^=()]+)=(.+)$", text)
+    head = re.fullmatch(r"([^=()]+)=(.+)", text, re.S)
     if head:
         name, text = check_name(head[1], "argument", MAX_ARG_NAME_LEN), head[2]
     # A type follows the last ':' that is not part of "::" and not inside (...) of a raw fetch-arg.
@@ -172,12 +254,12 @@ def parse_arg(text: str) -> ProbeArg:
 def _classify(token: str, text: str) -> ProbeArg:
     if text in ("$retval", "$params", "$vars", "$comm"):
         return ProbeArg(text, text[1:])
-    if re.match(r"^\$arg\d+$", text):
+    if re.fullmatch(r"\$arg\d+", text, re.ASCII):
         index = int(text[4:])
         if not 1 <= index <= MAX_TRACE_ARGS:
             raise _fail(token, "argument numbers start at 1", "$arg1 is the first parameter")
         return ProbeArg(text, "argN", index=index)
-    if re.match(r"^\$stack\d*$", text):
+    if re.fullmatch(r"\$stack\d*", text, re.ASCII):
         return ProbeArg(text, "raw")
     if text.startswith("$"):
         raise _fail(token, "unknown special variable", "use $retval, $params, $vars, $argN, $comm or $stackN")
@@ -189,20 +271,43 @@ def _classify(token: str, text: str) -> ProbeArg:
             raise _fail(token, f"unknown x86_64 register {text!r}", "e.g. %di, %si, %dx, %cx, %r8, %ax, %sp")
         return ProbeArg(text, "reg", var=reg)
     if text.startswith("@"):
-        sym = re.match(r"^@([A-Za-z_.][\w.]*)([+-](?:0x[0-9a-fA-F]+|\d+))?$", text)
+        sym = re.fullmatch(r"@([A-Za-z_.][\w.]*)([+-](?:0x[0-9a-fA-F]+|\d+))?", text, re.ASCII)
         if not sym:
             raise _fail(token, "not a symbol", "write @symbol or @symbol+offset")
         return ProbeArg(text, "symbol", var=sym[1], index=int(sym[2] or "0", 0))
     if text[0] in "+-\\":
+        check_raw_fetch(token, text)
         return ProbeArg(text, "raw")  # a kernel fetch-arg written by hand, e.g. +8(%di)
-    if not _C_PATH.match(text):
+    if not _C_PATH.fullmatch(text):
         raise _fail(token, "not a variable access", "write var, var->member, var.member or var[N]")
-    var = re.match(r"^[A-Za-z_]\w*", text)[0]
+    var = re.match(r"[^\W\d]\w*", text)[0]
     path = tuple(
         Access("->", m[1]) if m[1] else Access(".", m[2]) if m[2] else Access("[]", index=int(m[3]))
         for m in _C_STEP.finditer(text[len(var) :])
     )
     return ProbeArg(text, "var", var=var, path=path)
+
+
+def check_raw_fetch(token: str, text: str, depth: int = 0) -> None:
+    """A fetch-arg written for the kernel (``+8(%di)``, ``-u4(+0(%sp))``, ``\\1``, ``@sym+8``, ``$stack2``):
+    exactly one, in the kernel's grammar, or a UserError. The kernel would take ``+0(%sp)junk`` (it
+    reads up to the last ')') and a newline would end the definition: neither gets through."""
+    deref = _DEREF.fullmatch(text)
+    if deref and depth < MAX_FETCH_DEPTH:
+        inner = deref["inner"]
+        if inner.startswith(("+", "-")):
+            check_raw_fetch(token, inner, depth + 1)
+            return
+        if _IMMEDIATE.fullmatch(inner) or _MEMORY.fullmatch(inner) or _SPECIAL.fullmatch(inner) or _REGISTER.fullmatch(inner):
+            return  # which registers and symbols exist, the kernel says (with its caret)
+        raise _fail(token, f"{inner!r} is no fetch-arg the kernel reads memory at",
+                    "inside +OFF(...): %REG, @ADDR, @SYM, $stackN, $argN or another +OFF(...), e.g. +8(+0(%di))")
+    if depth == 0 and _IMMEDIATE.fullmatch(text):
+        return
+    if deref:
+        raise _fail(token, f"more than {MAX_FETCH_DEPTH} nested dereferences", "read fewer levels of pointers")
+    raise _fail(token, "not a kernel fetch-arg", "raw fetch-args are +|-[u]OFF(FETCHARG) or \\IMM, e.g. +8(%di):u32, "
+                "-4(%bp):s32, +0(+8(%si)):string, \\1")
 
 
 _PLACE = re.compile(
@@ -211,7 +316,7 @@ _PLACE = re.compile(
         (?::(?P<line>\d+))?                     # :RLN / :ALN
         (?:\+(?P<off>0x[0-9a-fA-F]+|\d+))?      # +OFF
         (?P<ret>%return)?
-        (?:;(?P<lazy>.+))?$""",
+        (?:;(?P<lazy>.+))?\Z""",
     re.X,
 )
 
@@ -224,19 +329,28 @@ def parse_spec(
     group: str | None = None,
     filter: str | None = None,
 ) -> ProbeSpec:
-    """Parse ``[[GROUP:]EVENT=]PLACE [ARG ...]`` (perf probe's syntax; see ``perf-probe(1)``)."""
+    """Parse ``[[GROUP:]EVENT=]PLACE [ARG ...]`` (perf probe's syntax; see ``perf-probe(1)``).
+
+    ``group`` is the one the caller chose (``-g``, or this run's); a ``GROUP:`` typed in the spec
+    may not be a run-scoped name. ``binary`` becomes the resolved path written to tracefs.
+    """
     if isinstance(words, str):
         words = shlex.split(words)
     if not words:
         raise UserError("no probe point given", "e.g. kprobe-tui probe 'do_sys_openat2 filename:string'")
     head, *arg_words = words
+    check_text(head, "probe point")
     event = None
-    named = re.match(r"^(?:([^:=;]+):)?([^:=;]+)=([^;]+(?:;.*)?)$", head)  # an ;PATTERN may hold '='
+    named = re.fullmatch(r"(?:([^:=;]+):)?([^:=;]+)=([^;]+(?:;.*)?)", head, re.S)  # an ;PATTERN may hold '='
     if named:
-        group = check_name(named[1], "group", MAX_EVENT_NAME_LEN) if named[1] else group
+        group = check_group(named[1]) if named[1] else group
         event, head = check_name(named[2], "event", MAX_EVENT_NAME_LEN), named[3]
     if group is not None:
         check_name(group, "group", MAX_EVENT_NAME_LEN)
+    if filter:
+        check_filter_text(filter)
+    if binary is not None:
+        binary = uprobe_target(binary)
     spec = _parse_place(head, binary, fprobe)
     args = tuple(parse_arg(word) for word in arg_words)
     if len(args) > MAX_TRACE_ARGS:
@@ -251,8 +365,18 @@ def parse_spec(
     return replace(spec, group=group, event=event, args=args, filter=filter or None)
 
 
+def check_filter_text(text: str) -> str:
+    """A filter the kernel can take in one write: no control character, at most MAX_FILTER_BYTES."""
+    check_text(text, "filter")
+    size = len(text.encode(errors="surrogatepass"))
+    if size > MAX_FILTER_BYTES:
+        raise UserError(f"the filter is {size} bytes: the kernel takes at most {MAX_FILTER_BYTES} in a filter file",
+                        "write a shorter filter")
+    return text
+
+
 def _parse_place(head: str, binary: str | None, fprobe: bool) -> ProbeSpec:
-    if re.match(r"^0x[0-9a-fA-F]+(%return)?$", head):
+    if re.fullmatch(r"0x[0-9a-fA-F]+(%return)?", head):
         ret = head.endswith("%return")
         address = int(head.removesuffix("%return"), 16)
         return ProbeSpec("return" if ret else "offset", binary=binary, address=address)
@@ -263,7 +387,7 @@ def _parse_place(head: str, binary: str | None, fprobe: bool) -> ProbeSpec:
     line = int(match["line"]) if match["line"] else None
     offset = _parse_number(head, match["off"]) if match["off"] else 0
     ret, lazy = bool(match["ret"]), match["lazy"]
-    if func and ("/" in func or re.search(r"\.(c|h|cc|cpp|S)$", func)) and not src:
+    if func and ("/" in func or re.search(r"\.(c|h|cc|cpp|S)\Z", func)) and not src:
         func, src = None, func  # SRC:ALN / SRC;PTN
         if line is None and lazy is None:
             raise _fail(head, "a source file needs a line or a pattern", f"{head}:LINE or {head};PATTERN")
@@ -322,3 +446,29 @@ class CompiledProbe:
         place = self.place + ("%return" if self.spec.kind == "fprobe" and self.spec.is_return else "")
         words = [f"{self.prefix}:{self.group}/{self.event}", place, *(a.render() for a in self.args)]
         return " ".join(words)
+
+    def check(self) -> CompiledProbe:
+        """Prove the definition is one line of words the kernel parses as meant, or a UserError.
+
+        The parts come from many places (the user, ELF symbols, DWARF, BTF); whatever their source,
+        a word holds no space, no '#' and no control character, names are what the kernel takes,
+        and the line fits in one kernel write.
+        """
+        check_name(self.group, "group", MAX_EVENT_NAME_LEN)
+        check_name(self.event, "event", MAX_EVENT_NAME_LEN)
+        if self.spec.is_uprobe:
+            path, _, offset = self.place.rpartition(":")
+            if uprobe_target(path) != path or not re.fullmatch(r"0x[0-9a-f]+", offset):
+                raise UserError(f"{self.place!r}: not a uprobe place (PATH:0xOFFSET)")
+        elif not re.fullmatch(r"(?:[A-Za-z_.][\w.]*(?:\+\d+)?|0x[0-9a-f]+)", self.place, re.ASCII):
+            raise UserError(f"{self.place!r}: not a kernel probe place (SYMBOL[+OFFSET] or 0xADDRESS)")
+        for arg in self.args:
+            check_name(arg.name, "argument", MAX_ARG_NAME_LEN)
+            word = arg.render()
+            if not re.fullmatch(r"[!-~]+", word) or "#" in word:
+                raise UserError(f"{word!r}: not one word of plain ASCII without '#'", "a fetch-arg is one word")
+        line = self.definition()
+        if len(line) > MAX_COMMAND_LINE:
+            raise UserError(f"{self.group}/{self.event}: the definition is {len(line)} characters, the kernel takes "
+                            f"at most {MAX_COMMAND_LINE} in one line", "capture fewer or shorter arguments")
+        return self

@@ -26,6 +26,10 @@ TOKEN = re.compile(
 )
 # Header fields the kernel filter knows under another name; the rest exist only in our view.
 KERNEL_HEADER = {"pid": "common_pid", "comm": "comm", "cpu": "CPU"}
+# The tree is walked recursively (push-down, evaluation), a chain of && as deep as it is long:
+# bounded well inside Python's 1000 frames. A kernel filter file takes 4095 bytes, ~400 terms.
+MAX_COMPARISONS = 200
+MAX_NESTING = 32
 
 
 class FilterError(UserError):
@@ -80,7 +84,10 @@ class _Parser:
             start = m.start(m.lastgroup)
             kind, raw = m.lastgroup, m.group(m.lastgroup)
             if kind == "num":
-                value: object = float(raw) if "." in raw else int(raw, 0)
+                try:
+                    value: object = float(raw) if "." in raw else int(raw, 0)
+                except ValueError:  # 09: Python (and the kernel's kstrtoll) read a leading 0 as octal
+                    raise FilterError(text, start, f"{raw!r} is not a number (no leading zeros; 0x for hex)") from None
             elif kind == "str":
                 value = re.sub(r"\\(.)", r"\1", raw[1:-1])
             else:
@@ -88,6 +95,11 @@ class _Parser:
             self.tokens.append((kind, value, start))
             pos = m.end()
         self.index = 0
+        self.depth = 0
+        comparisons = [position for kind, value, position in self.tokens if kind == "op" and value in COMPARATORS]
+        if len(comparisons) > MAX_COMPARISONS:
+            raise FilterError(text, comparisons[MAX_COMPARISONS], f"{len(comparisons)} comparisons: at most "
+                              f"{MAX_COMPARISONS} in one filter")
 
     def peek(self) -> tuple[str, object, int]:
         return self.tokens[self.index] if self.index < len(self.tokens) else ("end", None, len(self.text))
@@ -122,10 +134,17 @@ class _Parser:
 
     def parse_unary(self) -> Node:
         kind, value, pos = self.take()
+        if (kind, value) in (("op", "!"), ("op", "(")):
+            self.depth += 1
+            if self.depth > MAX_NESTING:
+                raise FilterError(self.text, pos, f"nested more than {MAX_NESTING} deep")
         if (kind, value) == ("op", "!"):
-            return Not(self.parse_unary())
+            node = Not(self.parse_unary())
+            self.depth -= 1
+            return node
         if (kind, value) == ("op", "("):
             node = self.parse_or()
+            self.depth -= 1
             kind, value, pos = self.take()
             if (kind, value) != ("op", ")"):
                 raise FilterError(self.text, pos, "expected )")

@@ -55,7 +55,7 @@ def start_run(tracefs_root: Path, binary: Path, mode: str) -> subprocess.Popen:
 
 def leftovers(tracefs_root: Path, pid: int) -> tuple[bool, bool]:
     """Whether the run's probe group, and its instance, are still in the kernel."""
-    name = lifetime.run_name(pid)
+    name = f"{lifetime.RUN_PREFIX}{pid}"
     return f"{name}/" in (tracefs_root / "uprobe_events").read_text(), (tracefs_root / "instances" / name).exists()
 
 
@@ -65,7 +65,7 @@ def test_signals_remove_everything_the_run_created(top, tracefs_root, tmp_path, 
     process = start_run(tracefs_root, binary, "wait")
     try:
         assert leftovers(tracefs_root, process.pid) == (True, True)
-        group = lifetime.run_name(process.pid)
+        group = f"{lifetime.RUN_PREFIX}{process.pid}"
         # a live run is someone else's: cleanup leaves it alone
         assert {e.owner for e in Events(top).events_in(group)} == {OTHER_RUN}
         instances, removed = Events(top).cleanup()
@@ -92,7 +92,7 @@ def test_sigkill_leaves_a_stale_run_that_cleanup_removes(top, tracefs_root, tmp_
     process = start_run(tracefs_root, binary, "wait")
     process.kill()
     process.wait(timeout=30)
-    name = lifetime.run_name(process.pid)
+    name = f"{lifetime.RUN_PREFIX}{process.pid}"
     try:
         assert leftovers(tracefs_root, process.pid) == (True, True)  # SIGKILL: nothing could run
         events = Events(top)

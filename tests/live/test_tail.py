@@ -31,7 +31,7 @@ TAIL_PIDS: list[int] = []  # kprobe-tui tail children: their instances are ours 
 
 def kernel_state(root: Path) -> tuple[list[str], list[str], list[str]]:
     """Our part of the kernel's state (other engineers' tests may run at the same time)."""
-    ours = {lifetime.run_name()} | {lifetime.run_name(pid) for pid in TAIL_PIDS}
+    ours = {lifetime.run_name()} | {f"{lifetime.RUN_PREFIX}{pid}" for pid in TAIL_PIDS}
     return ([line for line in (root / "uprobe_events").read_text().splitlines() if f"{GROUP}/" in line],
             [line for line in (root / "dynamic_events").read_text().splitlines() if f"{GROUP}/" in line],
             sorted(name for name in os.listdir(root / "instances") if name in ours))

@@ -8,9 +8,11 @@ compares each against its approved SVG; ``screenshots/generate.py`` writes them 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -42,6 +44,10 @@ SNAPSHOT_RELEASE = "6.1.0-57-amd64"
 TRACE_LINES = [TESTS / "fixtures" / "trace_lines" / name for name in ("uprobe_plain.txt", "uprobe_tgid_stack.txt")]
 PROGRAMS = Path("/tmp/kprobe-tui-screens")  # fixed: the paths show on screen
 FIXED_PID = 4242  # our group kptui_<pid> and the own-PID filter show in the builder
+# Where the pretended run locks its name: a directory of this process's own, so that kptui_4242 is free
+# whatever another test process, or a killed one, did with /run/kprobe-tui (see kernel/lifetime.py).
+OWN_LOCKS = Path(tempfile.mkdtemp(prefix="kprobe-tui-screens-locks-"))
+atexit.register(shutil.rmtree, OWN_LOCKS, True)
 SIZES = ((80, 24), (160, 50))
 ADMIN_GROUP = "kptuiscreens"  # the probes panel's state: a probe as an administrator's perf probe makes it
 OUR_HITS = 3  # the probes panel's state: our probe's hit count
@@ -62,6 +68,7 @@ class State:
         """Where the state is reached and shot: the fixed PID, and the kernel set-up if any."""
         stack = contextlib.ExitStack()
         stack.enter_context(mock.patch("os.getpid", return_value=FIXED_PID))
+        stack.enter_context(mock.patch.object(lifetime, "LOCK_DIR", OWN_LOCKS))
         if self.kernel is not None:
             stack.enter_context(self.kernel())
         return stack

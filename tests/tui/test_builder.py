@@ -494,7 +494,7 @@ async def test_lab_mode_hands_the_probe_to_an_administrator_and_writes_nothing(p
         [probe] = compile_spec(spec, DEFAULT_PERSISTENT_GROUP)
         admin = builder.preview.admin
         assert admin[1] == f"sudo {perf_command(spec, probe.group, probe.event)}"
-        assert f"sudo sh -c \"echo '{probe.definition()}' >> /sys/kernel/tracing/uprobe_events\"" in admin
+        assert f"echo '{probe.definition()}' | sudo sh -c 'cat >> /sys/kernel/tracing/uprobe_events'" in admin
         assert any("chgrp -R perf /sys/kernel/tracing" in line for line in admin)
         await pilot.press("ctrl+s")
         await pilot.pause()

@@ -61,8 +61,8 @@ def _default(arg):
 
 
 def test_perf_command_for_uprobes_quotes_for_the_shell():
-    spec = parse_spec(["main;x = *", "x"], binary="/opt/my prog")
-    assert perf_command(spec) == "perf probe -x '/opt/my prog' -a 'main;x = *' x"
+    spec = parse_spec(["main;x = *", "x"], binary="/opt/it's/prog")
+    assert perf_command(spec) == "perf probe -x '/opt/it'\"'\"'s/prog' -a 'main;x = *' x"
 
 
 def test_bpftrace_reads_parameters_at_kernel_function_exit_through_fexit():

@@ -14,8 +14,8 @@ In lab mode (no write access to tracefs) Create becomes "Copy for admin".
 from __future__ import annotations
 
 import asyncio
-import getpass
 import os
+import pwd
 import re
 import shlex
 from concurrent.futures import ThreadPoolExecutor
@@ -51,7 +51,10 @@ from kprobe_tui.probes.render import admin_handoff
 from kprobe_tui.probes.spec import (
     DEFAULT_PERSISTENT_GROUP,
     MAX_EVENT_NAME_LEN,
+    check_filter_text,
+    check_group,
     check_name,
+    check_text,
     parse_spec,
 )
 from kprobe_tui.stream import filterexpr
@@ -107,6 +110,7 @@ class BuildRequest:
         return self.function + ("%return" if self.kind in ("return", "fprobe_exit") else "")
 
     def words(self) -> list[str]:
+        check_text(self.args, "Args")
         try:
             return [self.place(), *shlex.split(self.args)]
         except ValueError as exc:  # an unclosed quote
@@ -121,13 +125,16 @@ def build_preview(request: BuildRequest, events: Events | None, readme: str, btf
     """Parse, guard and compile a request; any UserError becomes the preview, its token marked."""
     root = str(events.tracefs.root) if events is not None else "/sys/kernel/tracing"
     try:
-        group = check_name(request.group.strip(), "group", MAX_EVENT_NAME_LEN) if request.group.strip() else lifetime.run_name()
+        own_group = None if request.lab else lifetime.run_name()
+        group = check_group(request.group.strip(), own=own_group) if request.group.strip() else own_group or DEFAULT_PERSISTENT_GROUP
         spec = parse_spec(request.words(), binary=request.binary, fprobe=request.kind.startswith("fprobe"), group=group)
         if request.event.strip():
             spec = replace(spec, event=check_name(request.event.strip(), "event", MAX_EVENT_NAME_LEN))
         advice = guard.advise(spec)  # our own PID: showing its events must not cause more of them
         own = None if request.lab else advice.filter
         spec = replace(spec, filter=guard.combine_filters(request.filter.strip(), own))
+        if spec.filter:
+            check_filter_text(spec.filter)
         taken = _taken_names(events, group)
         probes = compile_spec(spec, group, taken, readme=readme, vmlinux=request.vmlinux, btf_path=btf_path)
         if request.filter.strip():
@@ -137,8 +144,16 @@ def build_preview(request: BuildRequest, events: Events | None, readme: str, btf
         if isinstance(exc, filterexpr.FilterError):  # its own caret drawing is replaced by the marked token
             exc = UserError(f"filter error at column {exc.position + 1}: {exc.problem}", exc.hint)
         return Preview(error=exc, tracefs_root=root, mark=mark)
-    admin = admin_handoff(spec, probes, getpass.getuser(), root) if request.lab else []
+    admin = admin_handoff(spec, probes, _login_name(), root) if request.lab else []
     return Preview(spec, probes, advice, tracefs_root=root, admin=admin)
+
+
+def _login_name() -> str:
+    """This user's account name from the password database (not $USER: the environment is the user's to set)."""
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
 
 
 def _readable(tracefs, rel: str) -> str:
@@ -322,7 +337,7 @@ class ProbeBuilderScreen(Screen):
         self.function = function
         self.vmlinux = vmlinux
         self.lab_reason = lab_reason
-        self.binary = os.path.abspath(binary) if binary else None
+        self.binary = os.path.abspath(binary) if binary else None  # resolved and checked by parse_spec
         self.tracefs = sources.tracing() if sources is not None and sources.tracefs is not None else None
         self.events = Events(self.tracefs) if self.tracefs is not None else None
         self.readme = _readable(self.tracefs, "README")

@@ -8,6 +8,7 @@ shows captured events without touching the kernel.
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections import deque
 from pathlib import Path
@@ -122,7 +123,7 @@ class EventsScreen(Screen):
                 denied = tail_denied(self.tracefs.root) if self.tracefs.writable else None
                 if denied:  # say why in plain words, and what to do instead
                     self.stopped_because = f"tailing is not permitted: {denied}"
-                    command = " ".join(["sudo kprobe-tui tail", *(self.patterns or [])])
+                    command = shlex.join(["sudo", "kprobe-tui", "tail", *(self.patterns or [])])
                     self.notify(f"{self.stopped_because}. An administrator can tail with: {command}",
                                 title="Cannot tail", severity="error", timeout=30)
                 else:

@@ -17,7 +17,7 @@ from textual.widgets import Static
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.probes.guard import GuardAdvice
-from kprobe_tui.probes.render import bpftrace_oneliner, perf_command
+from kprobe_tui.probes.render import bpftrace_oneliner, perf_command, tracefs_commands
 from kprobe_tui.probes.spec import CompiledProbe, ProbeSpec
 
 LABEL_WIDTH = 9
@@ -53,9 +53,7 @@ class Preview:
             return rows + ([("hint", self.error.hint)] if self.error.hint else [])
         rows: list[tuple[str, str]] = []
         for probe in self.probes:
-            rows.append(("tracefs", f"echo '{probe.definition()}' >> {self.tracefs_root}/{probe.control_file}"))
-            if self.spec.filter:
-                rows.append(("", f"echo '{self.spec.filter}' > {self.tracefs_root}/events/{probe.group}/{probe.event}/filter"))
+            rows += zip(("tracefs", ""), tracefs_commands(probe, self.spec.filter, self.tracefs_root))
             rows.append(("perf", perf_command(self.spec, probe.group, probe.event)))
             rows.append(("bpftrace", bpftrace_oneliner(self.spec, probe)))
             rows += [("note", note) for note in probe.notes]
