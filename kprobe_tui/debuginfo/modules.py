@@ -43,9 +43,9 @@ def module_name(text: str) -> str:
     return text.replace("-", "_")
 
 
-def loaded_build_id(name: str, root: Path = SYS_MODULE) -> str | None:
+def loaded_build_id(name: str) -> str | None:
     """The build-id of a loaded module, from its sysfs notes (raw ELF notes)."""
-    return locate.running_kernel_build_id(root / module_name(name) / "notes" / ".note.gnu.build-id")
+    return locate.running_kernel_build_id(SYS_MODULE / module_name(name) / "notes" / ".note.gnu.build-id")
 
 
 def find_module_debuginfo(module: str, release: str | None = None, debuginfod: Debuginfod = None) -> LocatedDebugInfo:

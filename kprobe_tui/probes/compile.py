@@ -228,12 +228,21 @@ def compile_raw(
     elif spec.address is not None:
         place = f"0x{spec.address:x}"
     else:
-        place = f"{spec.function}+{spec.offset}" if spec.kind != "fprobe" else spec.function
+        place = module_place(spec, f"{spec.function}+{spec.offset}" if spec.kind != "fprobe" else spec.function)
     fetches = name_fetch_args(
         (arg, default_arg_name(arg), _raw_fetch(arg, spec, arg_n_supported, address, return_args), arg.type)
         for arg in spec.args
     )
     return CompiledProbe(spec, group, event_name(spec, taken), place, fetches, function, function_offset)
+
+
+def module_place(spec: ProbeSpec, place: str, name: str | None = None) -> str:
+    """``MODULE:place`` for a function of a kernel module: the kernel looks the name up in that module only.
+
+    ``name``: the module's name from its debug file (-m may name a file); else the -m word, spelled as the kernel does."""
+    if not spec.module:
+        return place
+    return f"{name or Path(spec.module).name.split('.', 1)[0].replace('-', '_')}:{place}"
 
 
 def _has_dwarf(path: str) -> bool:
@@ -265,7 +274,7 @@ def compile_spec(
     if not needs_debuginfo(spec) and not typed_retval:
         return [compile_raw(spec, group, taken, arg_n_supported=readme_offers(readme, "arg_n"),
                             return_args=readme_offers(readme, "return_args"))]
-    if spec.is_uprobe or vmlinux:
+    if spec.is_uprobe or vmlinux or spec.module:
         return compile_dwarf(spec, group, taken, vmlinux=vmlinux, readme=readme)
     return [compile_btf(spec, group, taken, readme=readme, btf_path=btf_path)]
 
@@ -295,7 +304,7 @@ def compile_dwarf(
         line = int(place.rsplit(":", 1)[1]) if spec.lazy is not None else None  # ;PTN: the line it matched
         name = event_name(spec, taken, line)
         taken.append(name)
-        where = f"{spec.binary}:0x{point.file_offset:x}" if spec.is_uprobe else f"{point.function}+{point.offset}"
+        where = f"{spec.binary}:0x{point.file_offset:x}" if spec.is_uprobe else module_place(spec, f"{point.function}+{point.offset}", info.located.module)
         probes.append(CompiledProbe(spec, group, name, where, fetches, point.function, point.offset, tuple(notes)))
     return probes
 
@@ -303,7 +312,7 @@ def compile_dwarf(
 def dwarf_points(spec: ProbeSpec, vmlinux: str | None = None) -> tuple[Any, list[tuple[Any, str, list[str]]]]:
     """The debug info, and (point, place, notes) for every address the spec compiles to, after +OFF or
     the prologue skip: the builder's variable tree lists exactly what Create will read."""
-    info = _debuginfo(spec.binary, vmlinux, _mtime(spec.binary or vmlinux))
+    info = _debuginfo(spec.binary, vmlinux, spec.module, _mtime(spec.binary or spec.module or vmlinux))
     points = [(point, place) for place in _function_places(info, spec) for point in info.probe_points(place, externs=True)]
     if not points:
         raise UserError(f"{spec.place_text()!r}: no probeable address", "for a line, see which lines are probeable: kprobe-tui lines FUNC")
@@ -373,11 +382,11 @@ def _mtime(path: str | None) -> float:
 
 
 @lru_cache(maxsize=4)
-def _debuginfo(binary: str | None, vmlinux: str | None, mtime: float):
+def _debuginfo(binary: str | None, vmlinux: str | None, module: str | None, mtime: float):
     """Opened once per file version: the TUI compiles many specs against the same binary."""
     from kprobe_tui.debuginfo.scope import open_debuginfo
 
-    return open_debuginfo(binary=binary, vmlinux=vmlinux)
+    return open_debuginfo(binary=binary, vmlinux=None if module else vmlinux, module=module)
 
 
 def _moved_point(info, spec: ProbeSpec, point, notes: list[str]):
@@ -673,7 +682,7 @@ def compile_btf(
         else:
             fetch = _raw_fetch(arg, spec, readme_offers(readme, "arg_n"), None, readme_offers(readme, "return_args"))
             pairs.append((arg, default_arg_name(arg), fetch, arg.type))
-    place = spec.function if spec.kind == "fprobe" else f"{spec.function}+0"
+    place = module_place(spec, spec.function if spec.kind == "fprobe" else f"{spec.function}+0")
     return CompiledProbe(spec, group, event_name(spec, taken), place, name_fetch_args(pairs), spec.function, 0)
 
 

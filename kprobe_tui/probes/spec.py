@@ -74,6 +74,7 @@ class ProbeSpec:
     kind: str  # "entry", "return", "line" (also ;PTN), "offset" (+OFF or 0xADDR), "fprobe"
     function: str | None = None
     binary: str | None = None  # -x: a uprobe on this file; None: the kernel
+    module: str | None = None  # -m: a kernel module (its name): the place is MODULE:func+off
     source: str | None = None  # FUNC@SRC, or SRC:ALN
     line: int | None = None  # relative to the function start (RLN) when function is set, else absolute
     offset: int = 0  # +OFF
@@ -223,8 +224,11 @@ def parse_spec(
     fprobe: bool = False,
     group: str | None = None,
     filter: str | None = None,
+    module: str | None = None,
 ) -> ProbeSpec:
-    """Parse ``[[GROUP:]EVENT=]PLACE [ARG ...]`` (perf probe's syntax; see ``perf-probe(1)``)."""
+    """Parse ``[[GROUP:]EVENT=]PLACE [ARG ...]`` (perf probe's syntax; see ``perf-probe(1)``).
+
+    ``module``: the function is in this kernel module (perf's -m), by its name."""
     if isinstance(words, str):
         words = shlex.split(words)
     if not words:
@@ -248,7 +252,9 @@ def parse_spec(
         raise _fail(str(all_locals), LOCALS_GONE, "capture $params or $retval, or probe the entry")
     if not spec.is_return and any(a.kind == "retval" for a in args):
         raise _fail("$retval", "only a return probe has a return value", f"probe {head}%return")
-    return replace(spec, group=group, event=event, args=args, filter=filter or None)
+    if module is not None and binary is not None:
+        raise UserError("-m MODULE is for kernel modules: a uprobe (-x) names its file already", "give -x or -m, not both")
+    return replace(spec, group=group, event=event, args=args, filter=filter or None, module=module)
 
 
 def _parse_place(head: str, binary: str | None, fprobe: bool) -> ProbeSpec:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from debuginfo_helpers import C_DIR, FUNCTIONS, LINE_SPECS, VAR_SPECS, VARIANTS, perf_probe
-from kernel_debug import ensure_kernel_debug, skip_reason
+from kernel_debug import ensure_kernel_debug, ensure_module_debug, module_debug_files, skip_reason
 from separate_builds import Builds, build_all
 
 
@@ -46,6 +46,23 @@ def kernel_debug():
     if reason:
         pytest.skip(reason)
     return ensure_kernel_debug()
+
+
+@dataclass(frozen=True)
+class ModuleDebug:
+    """Debian's debug files of two modules, in a tree laid out as /usr/lib/debug."""
+
+    root: Path
+    release: str
+    ninep: Path  # fs/9p/9p.ko
+    virtio: Path  # drivers/virtio/virtio.ko: its device_show shares the name with vmlinux's
+
+
+@pytest.fixture(scope="session")
+def module_debug(kernel_debug) -> ModuleDebug:
+    root = ensure_module_debug()
+    ninep, virtio = module_debug_files(kernel_debug.release)
+    return ModuleDebug(root, kernel_debug.release, ninep, virtio)
 
 
 @pytest.fixture(scope="session")
