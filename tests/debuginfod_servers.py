@@ -99,12 +99,16 @@ class ServedFile:
     """One file behind ``/buildid/<id>/debuginfo`` on a loopback HTTP server of the test's own.
 
     ``cut``: how many first responses stop after half the body (the connection then closes);
-    ``ranges``: honour Range (206) and say Accept-Ranges; ``delay``: seconds between 64 KiB chunks.
+    ``ranges``: honour Range (206) and say Accept-Ranges; ``delay``: seconds between ``chunk``s;
+    ``pause_after``: bytes after which the body stops until the server is closed (a stalled transfer).
     ``requests`` records each request's Range header (or None).
     """
 
-    def __init__(self, data: bytes, build_id: str, *, cut: int = 0, ranges: bool = False, delay: float = 0.0) -> None:
+    def __init__(self, data: bytes, build_id: str, *, cut: int = 0, ranges: bool = False, delay: float = 0.0,
+                 chunk: int = 1 << 16, pause_after: int | None = None) -> None:
         self.data, self.build_id, self.cut, self.ranges, self.delay = data, build_id, cut, ranges, delay
+        self.chunk, self.pause_after = chunk, pause_after
+        self.closing = threading.Event()
         self.requests: list[str | None] = []
         served = self
 
@@ -134,14 +138,17 @@ class ServedFile:
                     served.cut -= 1
                     body = body[: len(body) // 2]
                     self.close_connection = True
-                for at in range(0, len(body), 1 << 16):
+                for at in range(0, len(body), served.chunk):
+                    if served.pause_after is not None and at >= served.pause_after:
+                        served.closing.wait()
+                        return
                     try:
-                        self.wfile.write(body[at : at + (1 << 16)])
+                        self.wfile.write(body[at : at + served.chunk])
                         self.wfile.flush()
                     except OSError:
                         return  # the client hung up (a cancel)
                     if served.delay:
-                        time.sleep(served.delay)
+                        served.closing.wait(served.delay)
 
             def log_message(self, *args) -> None:
                 pass
@@ -159,5 +166,6 @@ class ServedFile:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.closing.set()
         self.server.shutdown()
         self.server.server_close()

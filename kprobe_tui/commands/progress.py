@@ -26,13 +26,7 @@ def client(quiet: bool = False) -> Client:
 
 def describe(progress: Progress) -> str:
     """``debug info of build-id 3f2a… from host: 12.3/633.4 MB, 45.6 MB/s, 0:13 left``."""
-    done = f"{progress.done / 1e6:.1f}"
-    size = f"{done}/{progress.total / 1e6:.1f} MB" if progress.total else f"{done} MB"
-    words = [f"{progress.what} from {_host(progress.url)}: {size}", f"{progress.rate / 1e6:.1f} MB/s"]
-    left = progress.seconds_left
-    if left is not None and not progress.finished:
-        words.append(f"{int(left) // 60}:{int(left) % 60:02d} left")
-    return _printable(", ".join(words))
+    return _printable(f"{progress.what} from {progress.host}: {progress.numbers}")
 
 
 class StderrProgress:
@@ -51,12 +45,6 @@ class StderrProgress:
             self.last = time.monotonic()
             sys.stderr.write(line + "\n")
         sys.stderr.flush()
-
-
-def _host(url: str) -> str:
-    from urllib.parse import urlsplit
-
-    return urlsplit(url).netloc or url
 
 
 def _printable(text: str) -> str:

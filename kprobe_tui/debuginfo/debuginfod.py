@@ -149,6 +149,37 @@ class Progress:
             return None
         return max(self.total - self.done, 0) / self.rate
 
+    @property
+    def host(self) -> str:
+        from urllib.parse import urlsplit
+
+        return urlsplit(self.url).netloc or self.url
+
+    @property
+    def numbers(self) -> str:
+        """``12.3/633.4 MB, 45.6 MB/s, 0:13 left``: what a progress line shows beside the bar."""
+        unit = _unit(self.total or self.done)  # done in the total's unit: 0.4/633.4 MB, not 412.0 kB/633.4 MB
+        size = f"{_in(self.done, unit)}/{human_size(self.total)}" if self.total else human_size(self.done)
+        words = [size, f"{human_size(self.rate)}/s"]
+        left = self.seconds_left
+        if left is not None and not self.finished:
+            words.append(f"{int(left) // 60}:{int(left) % 60:02d} left")
+        return ", ".join(words)
+
+
+def _unit(count: float) -> tuple[str, float]:
+    return next(((name, size) for name, size in (("GB", 1e9), ("MB", 1e6)) if count >= size), ("kB", 1e3))
+
+
+def _in(count: float, unit: tuple[str, float]) -> str:
+    return f"{count / unit[1]:.1f}"
+
+
+def human_size(count: float) -> str:
+    """``10.7 kB``, ``633.4 MB``."""
+    unit = _unit(count)
+    return f"{_in(count, unit)} {unit[0]}"
+
 
 class Cancel(threading.Event):
     """A ``threading.Event`` that, when set, also shuts down the socket a transfer is blocked on,
@@ -362,7 +393,7 @@ class Client:
                     modified = _http_time(response.headers.get("Last-Modified"))
                     reporter.start(response.geturl(), done, total)
                     try:
-                        while chunk := response.read(CHUNK):
+                        while chunk := response.read1(CHUNK):  # what has arrived: progress as it comes
                             out.write(chunk)
                             done += len(chunk)
                             reporter.update(done)
@@ -406,7 +437,7 @@ class Client:
             try:
                 with opener.open(request, timeout=min(self.settings.timeout, 10)) as response:
                     size = _total(response, 0)
-                    return f"served ({size / 1e6:.1f} MB)" if size is not None else "served"
+                    return f"served ({human_size(size)})" if size is not None else "served"
             except urllib.error.HTTPError as exc:
                 exc.close()
                 if exc.code == 404:
@@ -577,7 +608,7 @@ def setup_report(client: Client, kernel_build_id: str | None) -> list[str]:
                      f"missing here come from your distribution's server once it is set, e.g. {PUBLIC_SERVERS}")
     entries, size = _cache_usage(settings.cache)
     lines.append(f"  [{'ok' if settings.cache.is_dir() else '--'}] {'cache (DEBUGINFOD_CACHE_PATH)':<36} "
-                 f"{settings.cache} ({entries} build-ids, {size / 1e6:.1f} MB; shared with gdb, perf, debuginfod-find)")
+                 f"{settings.cache} ({entries} build-ids, {human_size(size)}; shared with gdb, perf, debuginfod-find)")
     if kernel_build_id is None:
         return lines
     label = "this kernel's debug info"

@@ -310,8 +310,10 @@ def fetch_debuginfo(build_id: str, debuginfod: Debuginfod, looked: list[str]) ->
 def _download_note(client: Client, before: int) -> str:
     if len(client.downloads) == before:
         return ""
+    from kprobe_tui.debuginfo.debuginfod import human_size
+
     url, path, size, seconds = client.downloads[-1]
-    return f"downloaded {url} ({size / 1e6:.1f} MB in {seconds:.1f} s) into {path}"
+    return f"downloaded {url} ({human_size(size)} in {seconds:.1f} s) into {path}"
 
 
 def with_supplementary(located: LocatedDebugInfo, elf: ElfSections, debuginfod: Debuginfod) -> LocatedDebugInfo:
