@@ -32,9 +32,10 @@ def unused_port() -> int:
 class Debuginfod:
     """``debuginfod -F -Z .tar DIR`` on 127.0.0.1:<unused port>, stopped by ``stop()`` (or ``with``)."""
 
-    def __init__(self, served: Path, work: Path) -> None:
+    def __init__(self, served: Path, work: Path, *options: str) -> None:
         self.served = served
         self.work = work
+        self.options = options  # more of debuginfod's options, e.g. --disable-source-scan
         self.process: subprocess.Popen | None = None
         self.port = 0
 
@@ -51,7 +52,7 @@ class Debuginfod:
             log = open(self.work / f"debuginfod-{self.port}.log", "wb")  # noqa: SIM115
             self.process = subprocess.Popen(
                 [DEBUGINFOD, "-F", "-Z", ".tar", "-d", str(self.work / f"db-{self.port}.sqlite"), "-p", str(self.port),
-                 "-t", "0", "-g", "0", "-c", "1", str(self.served)],
+                 "-t", "0", "-g", "0", "-c", "1", *self.options, str(self.served)],
                 stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
             log.close()
             if self._wait_ready(expect, timeout):

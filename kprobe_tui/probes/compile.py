@@ -8,6 +8,7 @@ entry and return probes without debug info, from BTF (``compile_btf``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -242,7 +243,10 @@ def module_place(spec: ProbeSpec, place: str, name: str | None = None) -> str:
     ``name``: the module's name from its debug file (-m may name a file); else the -m word, spelled as the kernel does."""
     if not spec.module:
         return place
-    return f"{name or Path(spec.module).name.split('.', 1)[0].replace('-', '_')}:{place}"
+    module = name or Path(spec.module).name.split(".", 1)[0].replace("-", "_")
+    if not re.fullmatch(r"[A-Za-z0-9_]+", module):  # it goes to kprobe_events, and may come from a file's .modinfo
+        raise UserError(f"{module!r}: not a kernel module name", "module names are letters, digits and '_' (lsmod)")
+    return f"{module}:{place}"
 
 
 def _has_dwarf(path: str) -> bool:

@@ -173,3 +173,10 @@ def test_a_line_probe_in_a_module_reads_a_stack_variable_through_its_relocated_c
         "p:g/v9fs_file_read_iter_L15 9p:v9fs_file_read_iter+72 ret=%ax:s32 err=+4(%sp):s32",
         "p:g/v9fs_file_read_iter_L15_1 9p:v9fs_mmap_file_read_iter+72 ret=%ax:s32 err=+4(%sp):s32",
     ]
+
+
+def test_a_module_name_that_is_not_one_never_reaches_kprobe_events():
+    """-m names a file whose name (or .modinfo) becomes the place's MODULE: it must be a module name."""
+    with pytest.raises(UserError) as error:
+        compile_spec(parse_spec(["device_show"], module="virtio\nq:x"), "g")
+    assert "not a kernel module name" in error.value.message
