@@ -25,8 +25,9 @@ def client(quiet: bool = False) -> Client:
 
 
 def describe(progress: Progress) -> str:
-    """``debug info of build-id 3f2a… from host: 12.3/633.4 MB, 45.6 MB/s, 0:13 left``."""
-    return _printable(f"{progress.what} from {progress.host}: {progress.numbers}")
+    """``12.3/633.4 MB, 45.6 MB/s, 0:13 left: debug info of build-id 3f2a… from host``: the numbers
+    first, as a narrow terminal cuts the end of the line."""
+    return _printable(f"{progress.numbers}: {progress.what} from {progress.host}")
 
 
 class StderrProgress:
