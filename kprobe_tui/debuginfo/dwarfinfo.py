@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import bisect
 import mmap
-import os
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
