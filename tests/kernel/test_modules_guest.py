@@ -77,7 +77,8 @@ def test_module_source_and_variables_equal_perf_m(debug_tree):
 
 def test_a_line_probe_inside_a_module_reads_what_the_read_returned(debug_tree, ours, tracefs, tmp_path):
     """Line 15 of v9fs_file_read_iter runs after a 9p read: ret is the bytes read. The project directory is a
-    9p mount without cache, so dd reading a 1234-byte file there goes through it once with ret 1234."""
+    9p mount without cache, so dd reading a 54321-byte file there goes through it with ret 54321 (a size no
+    other read in the guest has: Python reading the project's modules goes through it too)."""
     dry_run = perf("-n", "-v", "-m", str(debug_tree["9p"]), "-a", "v9fs_file_read_iter:15 ret")  # before ours: perf
     output = dry_run.stdout + dry_run.stderr  # refuses an event name that exists in any group
     written = [line.split("Writing event: ", 1)[1] for line in output.splitlines() if "Writing event: " in line]
@@ -88,16 +89,16 @@ def test_a_line_probe_inside_a_module_reads_what_the_read_returned(debug_tree, o
     assert [d.split(" ", 1)[1] for d in definitions] == [w.split(" ", 1)[1] for w in written]
     assert definitions[0].startswith(f"p:{GROUP}/v9fs_file_read_iter_L15 9p:v9fs_file_read_iter+")
     data = PROJECT / f".kptui-guest-read-{os.getpid()}"
-    data.write_bytes(b"x" * 1234)
-    tail = Tail(tracefs.root, [d.split(" ", 1)[0][2:] for d in definitions], "--filter", 'comm == "dd"')
+    data.write_bytes(b"x" * 54321)
+    tail = Tail(tracefs.root, [d.split(" ", 1)[0][2:] for d in definitions])
     try:
         tail.ready()
-        subprocess.run(["dd", f"if={data}", "of=/dev/null", "bs=4096"], capture_output=True, check=True)
-        event = tail.wait_for(lambda e: e["comm"] == "dd")[-1]
+        subprocess.run(["dd", f"if={data}", "of=/dev/null", "bs=65536"], capture_output=True, check=True)
+        event = tail.wait_for(lambda e: e["args"].get("ret") == 54321)[-1]
     finally:
         tail.stop(signal.SIGTERM)
         data.unlink()
-    assert event["event"] == "v9fs_file_read_iter_L15" and event["args"] == {"ret": 1234}
+    assert event["event"] == "v9fs_file_read_iter_L15" and event["args"] == {"ret": 54321}
 
 
 def test_a_name_in_vmlinux_and_in_a_module_probes_the_modules_only(debug_tree, ours, tracefs):
