@@ -35,8 +35,8 @@ def debug_tree():
     """The cached debug tree mounted over /usr/lib/debug (this guest only), unmounted after."""
     files = module_debug_files(RELEASE)
     if not all(path.exists() for path in files):
-        pytest.skip(f"no debug files for {RELEASE}'s modules in {module_debug_root()}: on the host, "
-                    "run python tests/debuginfo/kernel_debug.py (Debian's -dbg package of this kernel)")
+        pytest.skip(f"no debug files for {RELEASE}'s modules in {module_debug_root()}: tests/debuginfo/kernel_debug.py "
+                    "keeps those of the 6.1 kernel the guests boot (run it on the host)")
     subprocess.run(["mount", "--bind", str(module_debug_root()), "/usr/lib/debug"], check=True)
     try:
         yield dict(zip(("9p", "virtio"), files))
