@@ -11,6 +11,12 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
+    from kprobe_tui.debuginfo.debuginfod import Client, setup_report
+    from kprobe_tui.debuginfo.locate import running_kernel_build_id
+
     found = sources.from_args(args)
     print(capabilities.report(capabilities.detect(found)))
+    # Whether a server has this kernel's debug info is asked of the running kernel only (one small request
+    # to each server the user named), not of a snapshot's.
+    print("\n" + "\n".join(setup_report(Client(), running_kernel_build_id() if found.live else None)))
     return 0

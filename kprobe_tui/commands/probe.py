@@ -16,7 +16,7 @@ from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import sources
 from kprobe_tui.kernel.events import Events
 from kprobe_tui.probes import guard
-from kprobe_tui.probes.compile import compile_spec
+from kprobe_tui.probes.compile import compile_spec, needs_debuginfo
 from kprobe_tui.probes.render import bpftrace_oneliner, perf_command, tracefs_commands
 from kprobe_tui.probes.spec import DEFAULT_PERSISTENT_GROUP, ProbeSpec, check_group, parse_spec
 
@@ -26,6 +26,8 @@ def add_parser(subparsers) -> None:
     target = parser.add_mutually_exclusive_group()
     target.add_argument("-x", "--exec", dest="binary", metavar="BIN", help="uprobe in this executable or library")
     target.add_argument("-k", "--vmlinux", metavar="VMLINUX", help="kernel debug info (DWARF) for C-level args")
+    target.add_argument("-m", "--module", metavar="MODULE",
+                        help="the function is in this kernel module (a loaded module's name, or a module file)")
     parser.add_argument("--fprobe", action="store_true", help="an fprobe (f:) on kernel function entry or %%return")
     parser.add_argument("--group", "-g", default=DEFAULT_PERSISTENT_GROUP, help="event group (default: %(default)s)")
     parser.add_argument("--filter", "-f", metavar="EXPR", help="event filter, e.g. 'len > 100'")
@@ -37,8 +39,11 @@ def add_parser(subparsers) -> None:
     parser.set_defaults(run=run)
 
 
-def check_kernel_function(name: str, kernel) -> None:
-    """Refuse unknown, blacklisted and ambiguous kernel functions before the kernel does, with the reason."""
+def check_kernel_function(name: str, kernel, module: str | None = None) -> None:
+    """Refuse unknown, blacklisted and ambiguous kernel functions before the kernel does, with the reason.
+
+    With ``module`` the place is MODULE:name, which the kernel resolves in that module: the name
+    may also be a vmlinux symbol (or another module's), but it must be this module's."""
     from kprobe_tui.kernel.catalog import Catalog, Status
 
     catalog = Catalog(kernel)
@@ -46,14 +51,23 @@ def check_kernel_function(name: str, kernel) -> None:
     if not catalog.names or catalog.names[i : i + 1] != [name]:
         raise UserError(f"{name!r}: no such kernel function", f"search with: kprobe-tui funcs {shlex.quote(f'*{name}*')}")
     status, reason = catalog.classify(name)
+    if module is not None:
+        modules = {symbol.module for symbol in catalog.function(name).symbols}
+        if modules and module not in modules:
+            where = ", ".join(sorted(m or "vmlinux" for m in modules))
+            raise UserError(f"{name!r} is not in module {module} (it is in {where})", "check -m MODULE (lsmod lists them)")
+        if status is Status.AMBIGUOUS:
+            return
     if status in (Status.BLACKLISTED, Status.AMBIGUOUS):
         raise UserError(f"{name!r}: {reason}", "pick another function (kprobe-tui funcs lists probeable ones)")
 
 
 def run(args) -> int:
     check_group(args.group)
+    module = _module_name(args.module) if args.module else None
     # -x is resolved and checked by parse_spec: the definition names that very file, or nothing is written
-    spec = parse_spec([args.spec, *args.args], binary=args.binary, fprobe=args.fprobe, group=args.group, filter=args.filter)
+    spec = parse_spec([args.spec, *args.args], binary=args.binary, fprobe=args.fprobe, group=args.group, filter=args.filter,
+                      module=module)
     kernel = sources.from_args(args)
     # Nobody displays events here, so no own-PID filter; the SSH output-path warning still applies.
     advice = guard.advise(spec, exclude_pids=[])
@@ -63,7 +77,9 @@ def run(args) -> int:
         offer = f"--filter {shlex.quote(advice.session_filter)} to leave your session out, and " if advice.session_filter else ""
         raise UserError(f"{spec.function}: on the SSH output path", f"add {offer}--yes to create it anyway")
     if not spec.is_uprobe and spec.function:
-        check_kernel_function(spec.function, kernel)
+        check_kernel_function(spec.function, kernel, module)
+    if needs_debuginfo(spec) and (spec.is_uprobe or spec.module or args.vmlinux):
+        _fetch_debuginfo(spec, args)
     tracefs = kernel.tracing() if kernel.tracefs is not None else None
     events = Events(tracefs) if tracefs is not None else None
     group = spec.group or DEFAULT_PERSISTENT_GROUP
@@ -81,6 +97,26 @@ def run(args) -> int:
         events.create(probes)
     _print(spec, probes, args)
     return 0
+
+
+def _module_name(word: str) -> str:
+    """The name the kernel knows a module by, for -m NAME or -m PATH (its .modinfo)."""
+    from kprobe_tui.debuginfo.modules import find_module_debuginfo, module_name
+
+    if "/" in word or word.endswith((".ko", ".debug")):
+        return find_module_debuginfo(word).module
+    return module_name(word)
+
+
+def _fetch_debuginfo(spec: ProbeSpec, args) -> None:
+    """Bring debug info not on disk from debuginfod first, with progress on a terminal: compiling opens it again."""
+    from kprobe_tui.commands import progress
+    from kprobe_tui.debuginfo.scope import open_debuginfo
+
+    info = open_debuginfo(binary=spec.binary, vmlinux=args.vmlinux, module=spec.module,
+                          debuginfod=progress.client(quiet=args.json))
+    if info.located.note:
+        print(f"kprobe-tui: note: {info.located.note}", file=sys.stderr)
 
 
 def _print(spec: ProbeSpec, probes, args) -> None:

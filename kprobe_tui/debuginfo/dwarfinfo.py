@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import bisect
 import mmap
-import os
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -28,7 +27,6 @@ if TYPE_CHECKING:
     from elftools.dwarf.dwarfinfo import DWARFInfo
     from elftools.elf.elffile import ELFFile
 
-SHF_COMPRESSED = 0x800
 HIGH_PC_ADDRESS_FORMS = {"DW_FORM_addr", "DW_FORM_addrx", "DW_FORM_addrx1", "DW_FORM_addrx2",
                          "DW_FORM_addrx3", "DW_FORM_addrx4"}
 QUALIFIER_TAGS = {"DW_TAG_const_type", "DW_TAG_restrict_type", "DW_TAG_volatile_type", "DW_TAG_shared_type"}
@@ -38,54 +36,24 @@ SECTION_NAMES = [".debug_info", ".debug_aranges", ".debug_abbrev", ".debug_frame
                  ".debug_sup", ".gnu_debugaltlink", ".debug_types"]
 
 
-class MappedStream:
-    """A read-only file-like view of one section of an mmap, so nothing is copied up front."""
+def open_dwarf(path: Path, supplementary: Path | None = None) -> tuple[Any, ELFFile, DWARFInfo, mmap.mmap]:
+    """Open an ELF file's DWARF with mmap-backed sections (decompressed or relocated where they must be).
 
-    def __init__(self, mm: mmap.mmap, start: int, size: int) -> None:
-        self._mm, self._start, self._size, self._pos = mm, start, size, 0
-
-    def read(self, n: int = -1) -> bytes:
-        end = self._size if n < 0 else min(self._pos + n, self._size)
-        data = self._mm[self._start + self._pos : self._start + end]
-        self._pos = end
-        return data
-
-    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self._size}[whence]
-        self._pos = base + offset
-        return self._pos
-
-    def tell(self) -> int:
-        return self._pos
-
-    def getvalue(self) -> bytes:
-        return self._mm[self._start : self._start + self._size]
-
-
-def open_dwarf(path: Path) -> tuple[Any, ELFFile, DWARFInfo, mmap.mmap]:
-    """Open an ELF file's DWARF with mmap-backed sections (pyelftools' own path when it must relocate)."""
-    from elftools.dwarf.dwarfinfo import DebugSectionDescriptor, DwarfConfig, DWARFInfo
+    ``supplementary``: the dwz alt file (.gnu_debugaltlink / .debug_sup) whose DIEs and strings
+    DW_FORM_GNU_ref_alt/strp_alt (DWARF 5: ref_sup4/strp_sup) point into; locate found and checked it.
+    """
+    from elftools.dwarf.dwarfinfo import DwarfConfig, DWARFInfo
     from elftools.elf.elffile import ELFFile
+
+    from kprobe_tui.debuginfo.sections import DebugSections
 
     stream = open(path, "rb")  # noqa: SIM115  (kept open: the ELFFile and the mmap read it lazily)
     elf = ELFFile(stream)
     mm = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
-    sections = {name: elf.get_section_by_name(name) for name in SECTION_NAMES}
-    needs_pyelftools = elf.header.e_type == "ET_REL" or any(
-        s is not None and s.header.sh_flags & SHF_COMPRESSED for s in sections.values()
-    ) or elf.get_section_by_name(".zdebug_info") is not None
-    if needs_pyelftools:
-        return stream, elf, elf.get_dwarf_info(relocate_dwarf_sections=elf.header.e_type == "ET_REL"), mm
-    descriptors = {}
-    for name, section in sections.items():
-        if section is None or section.header.sh_type == "SHT_NOBITS":
-            descriptors[name] = None
-            continue
-        header = section.header
-        descriptors[name] = DebugSectionDescriptor(
-            MappedStream(mm, header.sh_offset, header.sh_size), name, header.sh_offset, header.sh_size,
-            header.sh_addr,
-        )
+    if elf.get_section_by_name(".zdebug_info") is not None:  # pre-2012 GNU compression: pyelftools inflates it
+        return stream, elf, elf.get_dwarf_info(relocate_dwarf_sections=False, follow_links=False), mm
+    sections = DebugSections(path, elf, mm)
+    descriptors = {name: sections.descriptor(name) for name in SECTION_NAMES}
     dwarf = DWARFInfo(
         config=DwarfConfig(little_endian=elf.little_endian, default_address_size=elf.elfclass // 8,
                            machine_arch=elf.get_machine_arch()),
@@ -100,7 +68,10 @@ def open_dwarf(path: Path) -> tuple[Any, ELFFile, DWARFInfo, mmap.mmap]:
         debug_rnglists_sec=descriptors[".debug_rnglists"], debug_sup_sec=descriptors[".debug_sup"],
         gnu_debugaltlink_sec=descriptors[".gnu_debugaltlink"], debug_types_sec=descriptors[".debug_types"],
     )
+    dwarf.sections = sections  # the layout of a relocatable file: symbols and CFI need it too
     install_fast_abbrev_tables(dwarf)
+    if supplementary is not None:
+        dwarf.supplementary_dwarfinfo = open_dwarf(supplementary)[2]
     return stream, elf, dwarf, mm
 
 
@@ -119,7 +90,7 @@ def install_fast_abbrev_tables(dwarf: DWARFInfo) -> None:
     from elftools.dwarf.abbrevtable import AbbrevTable
 
     section = dwarf.debug_abbrev_sec
-    if section is None or not isinstance(section.stream, MappedStream):
+    if section is None:
         return
     data = section.stream.getvalue()
     original = dwarf.get_abbrev_table
@@ -656,10 +627,12 @@ class Symbol:
 
 
 class SymbolTable:
-    """FUNC symbols from .symtab (else .dynsym), read with struct: pyelftools takes seconds here."""
+    """FUNC symbols from .symtab (else .dynsym), read with struct: pyelftools takes seconds here.
 
-    def __init__(self, elf: ELFFile, mm: mmap.mmap) -> None:
-        self._entries: list[tuple[int, int, int]] = []  # (st_name, value, size)
+    ``sections`` places a relocatable file's symbols where its DWARF was relocated to."""
+
+    def __init__(self, elf: ELFFile, mm: mmap.mmap, sections=None) -> None:
+        self._entries: list[tuple[int, int, int]] = []  # (st_name, address, size)
         self._strtab = b""
         section = elf.get_section_by_name(".symtab") or elf.get_section_by_name(".dynsym")
         if section is None or section.header.sh_type == "SHT_NOBITS":
@@ -669,8 +642,9 @@ class SymbolTable:
         data = mm[section.header.sh_offset : section.header.sh_offset + section.header.sh_size]
         STT_FUNC = 2
         for st_name, st_info, _other, shndx, value, size in struct.iter_unpack("<IBBHQQ", data):
-            if st_info & 0xF == STT_FUNC and shndx != 0 and value:
-                self._entries.append((st_name, value, size))
+            address = sections.symbol_address(shndx, value) if sections is not None else value
+            if st_info & 0xF == STT_FUNC and shndx != 0 and address:
+                self._entries.append((st_name, address, size))
 
     @cached_property
     def _by_address(self) -> tuple[list[int], list[tuple[int, int, int]]]:

@@ -264,12 +264,15 @@ class SourceText:
 
 
 def source_text(info, found: LineRange) -> SourceText:
-    """Read the source of a line range as perf resolves it (comp_dir, -s prefix)."""
+    """Read the source of a line range as perf resolves it (comp_dir, -s prefix), else from debuginfod."""
     source = source_path(found.path, found.comp_dir, info.source_dir)
     notes = []
     if found.from_inlined:
         notes.append(f"{found.spec.function} has no out-of-line copy perf can list: "
                      "these are the lines of its inlined copies")
+    remote = None
+    if source is None and info.source_dir is None and found.path:
+        source, remote = _fetch_source(info, found)
     lines = None
     if source is not None:
         try:
@@ -278,8 +281,26 @@ def source_text(info, found: LineRange) -> SourceText:
         except OSError as exc:
             notes.append(f"cannot read {source}: {exc.strerror}")
     if lines is None:
-        notes.append(f"source text not found for {found.path} (pass -s DIR with the source tree)")
+        why = f"; {remote}" if remote else ""
+        notes.append(f"source text not found for {found.path} (pass -s DIR with the source tree{why})")
     return SourceText(source or found.path, lines, "; ".join(notes) or None)
+
+
+def _fetch_source(info, found: LineRange) -> tuple[str | None, str | None]:
+    """(the cached file, None) from debuginfod by the build-id and absolute path, or (None, why not)."""
+    from kprobe_tui.debuginfo.debuginfod import Cancelled
+    from kprobe_tui.debuginfo.locate import default_client
+
+    build_id = info.located.build_id
+    path = found.path if found.path.startswith("/") else f"{found.comp_dir}/{found.path}" if found.comp_dir else None
+    if not build_id or path is None or not path.startswith("/"):
+        return None, None  # debuginfod serves sources by absolute path only
+    try:
+        return str(default_client(info.debuginfod).source(build_id, path)), None
+    except Cancelled:
+        raise
+    except UserError as exc:
+        return None, f"debuginfod: {exc.message}"
 
 
 def render(info, found: LineRange) -> tuple[str, str | None]:

@@ -1,8 +1,13 @@
 """Where the debug info and the source text are.
 
-User binaries: the file itself, its .gnu_debuglink (beside it, in .debug/, under /usr/lib/debug),
-or its build-id under /usr/lib/debug/.build-id. The kernel: an explicit vmlinux, else the usual
-distribution paths, each checked against the running kernel's build-id.
+User binaries: the file itself, its .gnu_debuglink (beside it, in .debug/, under /usr/lib/debug,
+with the link's CRC checked), its build-id under /usr/lib/debug/.build-id, else debuginfod. The
+kernel: an explicit vmlinux, else the usual distribution paths, each checked against the running
+kernel's build-id, else debuginfod. Kernel modules are found in ``modules``. DWARF split by dwz
+refers into a shared supplementary file (.gnu_debugaltlink): it is found the same way, by its
+build-id, and must be found, or types and variables would be missing.
+
+debuginfod is asked only when the files on disk fall short and DEBUGINFOD_URLS names servers.
 
 The ELF section table is read with struct, not pyelftools: a warm query answered from the index
 never needs pyelftools, and importing it is ~20 ms, a fifth of such a run.
@@ -17,18 +22,30 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kprobe_tui.errors import UserError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from kprobe_tui.debuginfo.debuginfod import Client
+
+    # A Client, or what makes one when it is first needed: most runs find everything on disk and
+    # never pay for importing the client (urllib, ssl).
+    Debuginfod = Client | Callable[[], Client] | None
 
 DEBUG_ROOT = Path("/usr/lib/debug")
 KERNEL_NOTES = Path("/sys/kernel/notes")
 NT_GNU_BUILD_ID = 3
 SHT_NOTE, SHT_NOBITS = 7, 8
+SHF_COMPRESSED = 0x800
 SHN_XINDEX = 0xFFFF
 
 KERNEL_PACKAGE_HINT = (
     "install the kernel's debug symbols: Debian `apt-get install linux-image-{r}-dbg`, "
     "Ubuntu `apt-get install linux-image-{r}-dbgsym`, Fedora `dnf debuginfo-install kernel-debuginfo`, "
+    "set DEBUGINFOD_URLS to your distribution's debuginfod server, "
     "or pass -k VMLINUX. Without them, BTF still allows entry probes with typed arguments."
 )
 
@@ -41,6 +58,8 @@ class LocatedDebugInfo:
     binary: Path | None  # None for the kernel
     build_id: str | None
     note: str = ""  # something the user should know (e.g. a vmlinux not matching the running kernel)
+    supplementary: Path | None = None  # the dwz file the DWARF refers into (.gnu_debugaltlink)
+    module: str | None = None  # a kernel module's name: its probes are placed as MODULE:func+off
 
     @property
     def is_kernel(self) -> bool:
@@ -54,6 +73,7 @@ class NotElf(ValueError):
 @dataclass(frozen=True)
 class Section:
     type: int
+    flags: int
     offset: int
     size: int
     align: int
@@ -97,17 +117,24 @@ class ElfSections:
             names_row = rows[names_index]
             stream.seek(names_row[4])
             names = stream.read(names_row[5])
-        for name, kind, _flags, _addr, offset, size, _link, _info, align, _entsize in rows:
+        self.is64 = is64
+        for name, kind, flags, _addr, offset, size, _link, _info, align, _entsize in rows:
             label = names[name : names.find(b"\0", name)].decode(errors="replace")
-            self.sections.setdefault(label, Section(kind, offset, size, align))
+            self.sections.setdefault(label, Section(kind, flags, offset, size, align))
 
     def data(self, name: str) -> bytes | None:
+        """A section's contents (inflated when compressed), or None when absent or NOBITS."""
         section = self.sections.get(name)
         if section is None or section.type == SHT_NOBITS:
             return None
         with open(self.path, "rb") as stream:
             stream.seek(section.offset)
-            return stream.read(section.size)
+            raw = stream.read(section.size)
+        if section.flags & SHF_COMPRESSED:
+            from kprobe_tui.debuginfo.sections import inflate
+
+            return inflate(raw, self.is64, self.order, self.path, name)
+        return raw
 
     @property
     def has_dwarf(self) -> bool:
@@ -133,6 +160,24 @@ class ElfSections:
         if len(data) < crc_at + 4:
             return None
         return raw.decode(errors="replace"), struct.unpack_from(self.order + "I", data, crc_at)[0]
+
+    def altlink(self) -> tuple[str, str] | None:
+        """(file name, build-id) of the dwz supplementary file: .gnu_debugaltlink, or DWARF 5's .debug_sup."""
+        data = self.data(".gnu_debugaltlink")
+        if data is not None:
+            name, _, build_id = data.partition(b"\0")
+            return name.decode(errors="surrogateescape"), build_id.hex()
+        data = self.data(".debug_sup")
+        if data is not None and len(data) > 3 and data[2] == 0:  # version (2 bytes), is_supplementary
+            name, _, rest = data[3:].partition(b"\0")
+            size, shift, pos = 0, 0, 0
+            while pos < len(rest):  # the checksum's ULEB128 length, then the checksum (the build-id)
+                size |= (rest[pos] & 0x7F) << shift
+                shift, pos = shift + 7, pos + 1
+                if rest[pos - 1] < 0x80:
+                    break
+            return name.decode(errors="surrogateescape"), rest[pos : pos + size].hex()
+        return None
 
 
 def _iter_notes(data: bytes, order: str, align: int) -> Iterator[tuple[int, bytes, bytes]]:
@@ -163,7 +208,7 @@ def running_kernel_build_id(notes_file: Path = KERNEL_NOTES) -> str | None:
         return None
 
 
-def _read_elf(path: Path, hint: str) -> ElfSections:
+def read_elf(path: Path, hint: str) -> ElfSections:
     """The sections of a file the user named, or a UserError saying why it cannot be read."""
     try:
         return ElfSections(path)
@@ -173,7 +218,7 @@ def _read_elf(path: Path, hint: str) -> ElfSections:
         raise UserError(f"{path}: cannot read it ({exc.strerror})", "check the file's permissions") from exc
 
 
-def _has_dwarf(path: Path) -> bool:
+def has_dwarf(path: Path) -> bool:
     try:
         return ElfSections(path).has_dwarf
     except (OSError, NotElf):
@@ -188,7 +233,7 @@ def _crc_matches(path: Path, crc: int) -> bool:
     return value == crc
 
 
-def find_binary_debuginfo(binary: str) -> LocatedDebugInfo:
+def find_binary_debuginfo(binary: str, debuginfod: Debuginfod = None) -> LocatedDebugInfo:
     """The DWARF for a user program or library, or a UserError saying where it was looked for."""
     path = Path(binary)
     if not path.exists() and "/" not in binary:
@@ -197,30 +242,115 @@ def find_binary_debuginfo(binary: str) -> LocatedDebugInfo:
     if not path.is_file():
         raise UserError(f"{binary}: no such file", "give the path of the program or library to probe (-x PATH)")
     path = path.resolve()
-    elf = _read_elf(path, "-x takes a compiled program or shared library")
+    elf = read_elf(path, "-x takes a compiled program or shared library")
     build_id = elf.build_id()
     link = elf.debuglink()
     if elf.has_dwarf:
-        return LocatedDebugInfo(path, path, build_id)
-    looked: list[Path] = []
+        return with_supplementary(LocatedDebugInfo(path, path, build_id), elf, debuginfod)
+    looked: list[str] = []
     if link:
         name, crc = link
         for candidate in (path.parent / name, path.parent / ".debug" / name,
                           DEBUG_ROOT / path.parent.relative_to("/") / name):
-            looked.append(candidate)
-            if candidate.is_file() and _crc_matches(candidate, crc) and _has_dwarf(candidate):
-                return LocatedDebugInfo(candidate, path, build_id)
+            looked.append(str(candidate))
+            if candidate.is_file() and _crc_matches(candidate, crc) and has_dwarf(candidate):
+                return with_supplementary(LocatedDebugInfo(candidate, path, build_id), ElfSections(candidate), debuginfod)
     if build_id:
-        candidate = DEBUG_ROOT / ".build-id" / build_id[:2] / f"{build_id[2:]}.debug"
-        looked.append(candidate)
-        if candidate.is_file() and _has_dwarf(candidate):
-            return LocatedDebugInfo(candidate, path, build_id)
-    where = ", ".join(str(p) for p in looked) or "nowhere else (no .gnu_debuglink, no build-id)"
+        candidate = build_id_path(build_id)
+        looked.append(str(candidate))
+        if candidate.is_file() and has_dwarf(candidate):
+            return with_supplementary(LocatedDebugInfo(candidate, path, build_id), ElfSections(candidate), debuginfod)
+        remote = fetch_debuginfo(build_id, debuginfod, looked)
+        if remote is not None:
+            file, note = remote
+            return with_supplementary(LocatedDebugInfo(file, path, build_id, note), ElfSections(file), debuginfod)
+    where = ", ".join(looked) or "nowhere else (no .gnu_debuglink, no build-id)"
     raise UserError(
         f"{path}: no DWARF debug info (looked in the file itself, {where})",
-        "install its debug symbols (Debian: the matching -dbgsym package, Fedora: dnf debuginfo-install) "
-        "or rebuild it with -g",
+        "install its debug symbols (Debian: the matching -dbgsym package, Fedora: dnf debuginfo-install), "
+        "set DEBUGINFOD_URLS to your distribution's debuginfod server, or rebuild it with -g",
     )
+
+
+def build_id_path(build_id: str) -> Path:
+    """Where distributions install a build-id's debug file (gdb's and elfutils' debug-file-directory)."""
+    return DEBUG_ROOT / ".build-id" / build_id[:2] / f"{build_id[2:]}.debug"
+
+
+def default_client(debuginfod: Debuginfod) -> Client:
+    """The caller's client (or the one its factory makes), else one from the environment (quiet: no progress)."""
+    if callable(debuginfod):
+        return debuginfod()
+    if debuginfod is not None:
+        return debuginfod
+    from kprobe_tui.debuginfo.debuginfod import Client
+
+    return Client()
+
+
+def fetch_debuginfo(build_id: str, debuginfod: Debuginfod, looked: list[str]) -> tuple[Path, str] | None:
+    """The build-id's debug file from debuginfod and a note on the download, or None when DEBUGINFOD_URLS
+    is unset. A server's refusal is added to ``looked`` (the caller's message says where it looked)."""
+    from kprobe_tui.debuginfo.debuginfod import Cancelled
+
+    client = default_client(debuginfod)
+    if not client.enabled and client.cached(build_id) is None:
+        return None
+    fetched = len(client.downloads)
+    try:
+        path = client.debuginfo(build_id)
+    except Cancelled:
+        raise
+    except UserError as exc:
+        looked.append(f"debuginfod ({exc.message})")
+        return None
+    return path, _download_note(client, fetched)
+
+
+def _download_note(client: Client, before: int) -> str:
+    if len(client.downloads) == before:
+        return ""
+    from kprobe_tui.debuginfo.debuginfod import human_size
+
+    url, path, size, seconds = client.downloads[-1]
+    return f"downloaded {url} ({human_size(size)} in {seconds:.1f} s) into {path}"
+
+
+def with_supplementary(located: LocatedDebugInfo, elf: ElfSections, debuginfod: Debuginfod) -> LocatedDebugInfo:
+    """``located`` with its dwz supplementary file, when its DWARF has one (else unchanged)."""
+    link = elf.altlink()
+    if link is None:
+        return located
+    name, build_id = link
+    directory = located.debug_file.parent
+    candidates = [Path(name)] if name.startswith("/") else [directory / name, located.debug_file.resolve().parent / name]
+    if build_id:
+        candidates.append(build_id_path(build_id))
+    looked: list[str] = []
+    for candidate in dict.fromkeys(candidates):
+        looked.append(str(candidate))
+        try:
+            if candidate.is_file() and (not build_id or ElfSections(candidate).build_id() == build_id):
+                return _replace(located, supplementary=candidate)
+        except (OSError, NotElf):
+            continue
+    remote = fetch_debuginfo(build_id, debuginfod, looked) if build_id else None
+    if remote is not None:
+        file, note = remote
+        notes = "; ".join(filter(None, (located.note, note)))
+        return _replace(located, supplementary=file, note=notes)
+    raise UserError(
+        f"{located.debug_file}: its DWARF was shared out by dwz into {name} (build-id {build_id or 'unknown'}), "
+        f"which is not found (looked in {', '.join(looked)})",
+        "install the package's debug symbols completely (the .dwz file comes with them), "
+        "or set DEBUGINFOD_URLS to a debuginfod server that has it",
+    )
+
+
+def _replace(located: LocatedDebugInfo, **changes) -> LocatedDebugInfo:
+    from dataclasses import replace
+
+    return replace(located, **changes)
 
 
 def kernel_candidates(release: str) -> list[Path]:
@@ -233,7 +363,8 @@ def kernel_candidates(release: str) -> list[Path]:
     ]
 
 
-def find_vmlinux(vmlinux: str | None = None, release: str | None = None) -> LocatedDebugInfo:
+def find_vmlinux(vmlinux: str | None = None, release: str | None = None,
+                 debuginfod: Debuginfod = None) -> LocatedDebugInfo:
     """An explicit vmlinux (any kernel: offline analysis), else one matching the running kernel."""
     release = release or os.uname().release
     running = running_kernel_build_id()
@@ -241,7 +372,7 @@ def find_vmlinux(vmlinux: str | None = None, release: str | None = None) -> Loca
         path = Path(vmlinux)
         if not path.is_file():
             raise UserError(f"{vmlinux}: no such file", "-k takes the path of a vmlinux with debug info")
-        elf = _read_elf(path, "-k takes the path of a vmlinux with debug info")
+        elf = read_elf(path, "-k takes the path of a vmlinux with debug info")
         if not elf.has_dwarf:
             raise UserError(f"{vmlinux}: has no DWARF debug info", KERNEL_PACKAGE_HINT.format(r=release))
         build_id = elf.build_id()
@@ -251,20 +382,25 @@ def find_vmlinux(vmlinux: str | None = None, release: str | None = None) -> Loca
         return LocatedDebugInfo(path, None, build_id, note)
     mismatched: list[str] = []
     for candidate in kernel_candidates(release):
-        if not candidate.is_file() or not _has_dwarf(candidate):
+        if not candidate.is_file() or not has_dwarf(candidate):
             continue
         build_id = ElfSections(candidate).build_id()
         if running and build_id and build_id != running:
             mismatched.append(str(candidate))
             continue
         return LocatedDebugInfo(candidate, None, build_id)
+    looked = [str(path) for path in kernel_candidates(release)]
+    remote = fetch_debuginfo(running, debuginfod, looked) if running else None
+    if remote is not None:
+        file, note = remote
+        return LocatedDebugInfo(file, None, running, note)
     if mismatched:
         raise UserError(
             f"{', '.join(mismatched)}: built for another kernel (build-id differs from /sys/kernel/notes)",
             "install the debug symbols of the running kernel, or pass -k VMLINUX to read another kernel's",
         )
     raise UserError(
-        f"no debug vmlinux for kernel {release} (looked in {', '.join(map(str, kernel_candidates(release)))})",
+        f"no debug vmlinux for kernel {release} (looked in {', '.join(looked)})",
         KERNEL_PACKAGE_HINT.format(r=release),
     )
 

@@ -122,14 +122,15 @@ class ProbeSpec:
 class DebugInfo:
     """One binary's (or the kernel's) DWARF, with the questions the probe builder asks of it."""
 
-    def __init__(self, located: LocatedDebugInfo, source_dir: str | None = None) -> None:
+    def __init__(self, located: LocatedDebugInfo, source_dir: str | None = None, debuginfod=None) -> None:
         self.located = located
         self.source_dir = source_dir
+        self.debuginfod = debuginfod  # a debuginfod.Client for source files not on disk (None: from the environment)
 
     @cached_property
     def _opened(self):
         """(stream, ELFFile, DWARFInfo, mmap), on first use: a saved answer needs none of them."""
-        return dw.open_dwarf(self.located.debug_file)
+        return dw.open_dwarf(self.located.debug_file, self.located.supplementary)
 
     @property
     def elf(self):
@@ -153,14 +154,12 @@ class DebugInfo:
 
     @cached_property
     def symbols(self) -> dw.SymbolTable:
-        return dw.SymbolTable(self.elf, self._mm)
+        return dw.SymbolTable(self.elf, self._mm, getattr(self.dwarf, "sections", None))
 
     @cached_property
     def aranges(self) -> dw.ArangeMap:
-        section = self.elf.get_section_by_name(".debug_aranges")
-        if section is None:
-            return dw.ArangeMap()
-        return dw.ArangeMap.read(self._mm[section.header.sh_offset : section.header.sh_offset + section.header.sh_size])
+        section = self.dwarf.debug_aranges_sec  # relocated or inflated where the file needs it
+        return dw.ArangeMap.read(section.stream.getvalue()) if section is not None else dw.ArangeMap()
 
     @cached_property
     def index(self) -> NameIndex:
@@ -465,14 +464,24 @@ def _line_addresses(info: DebugInfo, unit: dw.CUData, file: str | None, line: in
     return addresses
 
 
-def open_debuginfo(binary: str | None = None, vmlinux: str | None = None, source_dir: str | None = None) -> DebugInfo:
-    """Open the debug info of a user binary (``binary``, as ``-x``) or of the kernel.
+def open_debuginfo(binary: str | None = None, vmlinux: str | None = None, source_dir: str | None = None,
+                   module: str | None = None, debuginfod=None) -> DebugInfo:
+    """Open the debug info of a user binary (``binary``, as ``-x``), a kernel module (``module``, as
+    ``-m``: a loaded module's name or a file) or the kernel.
 
     For the kernel, ``vmlinux`` is an explicit file; without it the usual debug locations are
-    searched and the build-id is checked against the running kernel. Raises UserError naming
-    what is missing and the package that provides it.
+    searched and the build-id is checked against the running kernel. What is not on disk comes
+    from debuginfod when DEBUGINFOD_URLS names servers (``debuginfod``: a Client with progress and
+    cancel; None: a quiet one). Raises UserError naming what is missing and the package that provides it.
     """
-    if binary is not None and vmlinux is not None:
-        raise UserError("give either -x BINARY or -k VMLINUX, not both")
-    located = find_binary_debuginfo(binary) if binary is not None else find_vmlinux(vmlinux)
-    return DebugInfo(located, source_dir=source_dir)
+    if sum(target is not None for target in (binary, vmlinux, module)) > 1:
+        raise UserError("give one of -x BINARY, -k VMLINUX and -m MODULE")
+    if binary is not None:
+        located = find_binary_debuginfo(binary, debuginfod)
+    elif module is not None:
+        from kprobe_tui.debuginfo.modules import find_module_debuginfo
+
+        located = find_module_debuginfo(module, debuginfod=debuginfod)
+    else:
+        located = find_vmlinux(vmlinux, debuginfod=debuginfod)
+    return DebugInfo(located, source_dir=source_dir, debuginfod=debuginfod)

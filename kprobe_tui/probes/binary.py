@@ -116,11 +116,14 @@ class BinaryCatalog:
     # --- debug info ----------------------------------------------------------------------------
 
     def _open_debuginfo(self):
-        """The binary's DWARF (its own or a separate debug file), or None with a note saying why."""
+        """The binary's DWARF (its own or a separate debug file), or None with a note saying why.
+
+        From debuginfod only what its cache holds: the source view downloads, with a progress bar."""
+        from kprobe_tui.debuginfo.debuginfod import Client
         from kprobe_tui.debuginfo.scope import open_debuginfo
 
         try:
-            info = open_debuginfo(binary=str(self.path))
+            info = open_debuginfo(binary=str(self.path), debuginfod=Client(offline=True))
             info.aranges  # the address -> unit map every DWARF question starts from
             return info
         except UserError as exc:

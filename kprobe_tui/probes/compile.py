@@ -8,6 +8,7 @@ entry and return probes without debug info, from BTF (``compile_btf``).
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -229,12 +230,24 @@ def compile_raw(
     elif spec.address is not None:
         place = f"0x{spec.address:x}"
     else:
-        place = f"{spec.function}+{spec.offset}" if spec.kind != "fprobe" else spec.function
+        place = module_place(spec, f"{spec.function}+{spec.offset}" if spec.kind != "fprobe" else spec.function)
     fetches = name_fetch_args(
         (arg, default_arg_name(arg), _raw_fetch(arg, spec, arg_n_supported, address, return_args), arg.type)
         for arg in spec.args
     )
     return CompiledProbe(spec, group, event_name(spec, taken), place, fetches, function, function_offset)
+
+
+def module_place(spec: ProbeSpec, place: str, name: str | None = None) -> str:
+    """``MODULE:place`` for a function of a kernel module: the kernel looks the name up in that module only.
+
+    ``name``: the module's name from its debug file (-m may name a file); else the -m word, spelled as the kernel does."""
+    if not spec.module:
+        return place
+    module = name or Path(spec.module).name.split(".", 1)[0].replace("-", "_")
+    if not re.fullmatch(r"[A-Za-z0-9_]+", module):  # it goes to kprobe_events, and may come from a file's .modinfo
+        raise UserError(f"{module!r}: not a kernel module name", "module names are letters, digits and '_' (lsmod)")
+    return f"{module}:{place}"
 
 
 def _has_dwarf(path: str) -> bool:
@@ -267,7 +280,7 @@ def compile_spec(
     if not needs_debuginfo(spec) and not typed_retval:
         probes = [compile_raw(spec, group, taken, arg_n_supported=readme_offers(readme, "arg_n"),
                               return_args=readme_offers(readme, "return_args"))]
-    elif spec.is_uprobe or vmlinux:
+    elif spec.is_uprobe or vmlinux or spec.module:
         probes = compile_dwarf(spec, group, taken, vmlinux=vmlinux, readme=readme)
     else:
         probes = [compile_btf(spec, group, taken, readme=readme, btf_path=btf_path)]
@@ -299,7 +312,7 @@ def compile_dwarf(
         line = int(place.rsplit(":", 1)[1]) if spec.lazy is not None else None  # ;PTN: the line it matched
         name = event_name(spec, taken, line)
         taken.append(name)
-        where = f"{spec.binary}:0x{point.file_offset:x}" if spec.is_uprobe else f"{point.function}+{point.offset}"
+        where = f"{spec.binary}:0x{point.file_offset:x}" if spec.is_uprobe else module_place(spec, f"{point.function}+{point.offset}", info.located.module)
         probes.append(CompiledProbe(spec, group, name, where, fetches, point.function, point.offset, tuple(notes)))
     return probes
 
@@ -307,7 +320,7 @@ def compile_dwarf(
 def dwarf_points(spec: ProbeSpec, vmlinux: str | None = None) -> tuple[Any, list[tuple[Any, str, list[str]]]]:
     """The debug info, and (point, place, notes) for every address the spec compiles to, after +OFF or
     the prologue skip: the builder's variable tree lists exactly what Create will read."""
-    info = _debuginfo(spec.binary, vmlinux, _mtime(spec.binary or vmlinux))
+    info = _debuginfo(spec.binary, vmlinux, spec.module, _mtime(spec.binary or spec.module or vmlinux))
     points = [(point, place) for place in _function_places(info, spec) for point in info.probe_points(place, externs=True)]
     if not points:
         raise UserError(f"{spec.place_text()!r}: no probeable address", "for a line, see which lines are probeable: kprobe-tui lines FUNC")
@@ -378,11 +391,11 @@ def _mtime(path: str | None) -> float:
 
 
 @lru_cache(maxsize=4)
-def _debuginfo(binary: str | None, vmlinux: str | None, mtime: float):
+def _debuginfo(binary: str | None, vmlinux: str | None, module: str | None, mtime: float):
     """Opened once per file version: the TUI compiles many specs against the same binary."""
     from kprobe_tui.debuginfo.scope import open_debuginfo
 
-    return open_debuginfo(binary=binary, vmlinux=vmlinux)
+    return open_debuginfo(binary=binary, vmlinux=None if module else vmlinux, module=module)
 
 
 def _moved_point(info, spec: ProbeSpec, point, notes: list[str]):
@@ -678,7 +691,7 @@ def compile_btf(
         else:
             fetch = _raw_fetch(arg, spec, readme_offers(readme, "arg_n"), None, readme_offers(readme, "return_args"))
             pairs.append((arg, default_arg_name(arg), fetch, arg.type))
-    place = spec.function if spec.kind == "fprobe" else f"{spec.function}+0"
+    place = module_place(spec, spec.function if spec.kind == "fprobe" else f"{spec.function}+0")
     return CompiledProbe(spec, group, event_name(spec, taken), place, name_fetch_args(pairs), spec.function, 0)
 
 

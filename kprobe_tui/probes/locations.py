@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from kprobe_tui.debuginfo.dwarfinfo import attr, int_attr, name_of, ref, uleb128
@@ -439,7 +440,12 @@ def _fde_table(path: str) -> list[tuple[int, int, Any]]:
     elf = ELFFile(stream)
     if not (elf.get_section_by_name(".eh_frame") or elf.get_section_by_name(".debug_frame")):
         return []
-    dwarf = elf.get_dwarf_info(relocate_dwarf_sections=False, follow_links=False)
+    if elf.header.e_type == "ET_REL":  # a module: its CFI holds addresses only once relocated, as its DWARF is
+        from kprobe_tui.debuginfo.dwarfinfo import open_dwarf
+
+        dwarf = open_dwarf(Path(path))[2]
+    else:
+        dwarf = elf.get_dwarf_info(relocate_dwarf_sections=False, follow_links=False)
     entries = []
     for has, read in ((dwarf.has_EH_CFI, dwarf.EH_CFI_entries), (dwarf.has_CFI, dwarf.CFI_entries)):
         if has():

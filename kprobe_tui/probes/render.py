@@ -103,6 +103,8 @@ def perf_command(spec: ProbeSpec, group: str | None = None, event: str | None = 
     words = ["perf", "probe"]
     if spec.binary:
         words += ["-x", spec.binary]
+    if spec.module:
+        words += ["-m", spec.module]
     words += ["-a", head, *(str(arg) for arg in spec.args)]
     return " ".join(shlex.quote(word) for word in words)
 

@@ -100,6 +100,7 @@ class ProbeSpec:
     kind: str  # "entry", "return", "line" (also ;PTN), "offset" (+OFF or 0xADDR), "fprobe"
     function: str | None = None
     binary: str | None = None  # -x: a uprobe on this file; None: the kernel
+    module: str | None = None  # -m: a kernel module (its name): the place is MODULE:func+off
     source: str | None = None  # FUNC@SRC, or SRC:ALN
     line: int | None = None  # relative to the function start (RLN) when function is set, else absolute
     offset: int = 0  # +OFF
@@ -328,11 +329,13 @@ def parse_spec(
     fprobe: bool = False,
     group: str | None = None,
     filter: str | None = None,
+    module: str | None = None,
 ) -> ProbeSpec:
     """Parse ``[[GROUP:]EVENT=]PLACE [ARG ...]`` (perf probe's syntax; see ``perf-probe(1)``).
 
     ``group`` is the one the caller chose (``-g``, or this run's); a ``GROUP:`` typed in the spec
     may not be a run-scoped name. ``binary`` becomes the resolved path written to tracefs.
+    ``module``: the function is in this kernel module (perf's -m), by its name.
     """
     if isinstance(words, str):
         words = shlex.split(words)
@@ -362,7 +365,9 @@ def parse_spec(
         raise _fail(str(all_locals), LOCALS_GONE, "capture $params or $retval, or probe the entry")
     if not spec.is_return and any(a.kind == "retval" for a in args):
         raise _fail("$retval", "only a return probe has a return value", f"probe {head}%return")
-    return replace(spec, group=group, event=event, args=args, filter=filter or None)
+    if module is not None and binary is not None:
+        raise UserError("-m MODULE is for kernel modules: a uprobe (-x) names its file already", "give -x or -m, not both")
+    return replace(spec, group=group, event=event, args=args, filter=filter or None, module=module)
 
 
 def check_filter_text(text: str) -> str:
@@ -460,8 +465,8 @@ class CompiledProbe:
             path, _, offset = self.place.rpartition(":")
             if uprobe_target(path) != path or not re.fullmatch(r"0x[0-9a-f]+", offset):
                 raise UserError(f"{self.place!r}: not a uprobe place (PATH:0xOFFSET)")
-        elif not re.fullmatch(r"(?:[A-Za-z_.][\w.]*(?:\+\d+)?|0x[0-9a-f]+)", self.place, re.ASCII):
-            raise UserError(f"{self.place!r}: not a kernel probe place (SYMBOL[+OFFSET] or 0xADDRESS)")
+        elif not re.fullmatch(r"(?:(?:\w+:)?[A-Za-z_.][\w.]*(?:\+\d+)?|0x[0-9a-f]+)", self.place, re.ASCII):
+            raise UserError(f"{self.place!r}: not a kernel probe place ([MODULE:]SYMBOL[+OFFSET] or 0xADDRESS)")
         for arg in self.args:
             check_name(arg.name, "argument", MAX_ARG_NAME_LEN)
             word = arg.render()

@@ -117,7 +117,12 @@ class KprobeTui(App):
         self.push_screen(ProbeBuilderScreen(function, binary=str(self.binary.path) if self.binary else None,
                                             sources=self.sources, line=line, variable=variable,
                                             vmlinux=self.vmlinux, kind=kind,
-                                            lab_reason=self.access.reason if self.access.lab else None))
+                                            lab_reason=self.access.reason if self.access.lab else None,
+                                            module=self._module_of(function)))
+
+    def _module_of(self, function: str) -> str | None:
+        """The kernel module a function is in (its source view and probes use the module's debug info)."""
+        return (self.catalog.module(function) or None) if self.binary is None and self.catalog is not None else None
 
     def tail(self, events: list[str]) -> None:
         """The events screen on ``events`` (``group/event`` patterns; [] = every probe event)."""
@@ -156,7 +161,7 @@ class KprobeTui(App):
         if self.binary is not None:
             target = DebugTarget(binary=str(self.binary.path), source_dir=self.source_dir)
         else:
-            target = DebugTarget(vmlinux=self.vmlinux, source_dir=self.source_dir)
+            target = DebugTarget(vmlinux=self.vmlinux, source_dir=self.source_dir, module=self._module_of(function))
         prototype = (lambda: self.catalog.function(function).prototype) if self.catalog is not None else None
         self.push_screen(SourceScreen(target, source_function(function), symbol=function, prototype=prototype))
 

@@ -1,8 +1,10 @@
 """Debian's debug vmlinux and kernel source, fetched once and cached for the `vmlinux` tests.
 
 The debug package is ~860 MB, so it is downloaded with apt once into CACHE_DIR (which CI keeps
-between runs) and only the vmlinux and the unpacked source tree are kept. The image and the
-source are taken at the same Debian version, so `perf probe -s SRC` and we read the same text.
+between runs) and only the vmlinux, the debug files of the modules the tests probe (laid out
+as /usr/lib/debug lays them out, under CACHE_DIR/module-debug) and the unpacked source tree are
+kept. The image and the source are taken at the same Debian version, so `perf probe -s SRC` and
+we read the same text; the guests boot the same version, so its modules' build-ids match.
 Run as a script to fetch ahead of the tests: ``python tests/debuginfo/kernel_debug.py``.
 """
 
@@ -20,6 +22,10 @@ from pathlib import Path
 CACHE_DIR = Path(os.environ.get("KPROBE_TUI_KERNEL_CACHE", "/var/cache/kprobe-tui"))
 SKIP_ENV = "KPROBE_TUI_SKIP_VMLINUX"
 SOURCE_PACKAGE = "linux-source-6.1"
+# Modules whose debug files are kept: loaded in every guest (the harness mounts its root over 9p,
+# on virtio), so the guest tests probe them without loading anything. virtio has a device_show,
+# as vmlinux does (drivers/pci): a name the two must be told apart by.
+MODULES = ("kernel/fs/9p/9p.ko", "kernel/drivers/virtio/virtio.ko")
 
 
 @dataclass(frozen=True)
@@ -71,18 +77,29 @@ def _download(package: str) -> Path:
 
 def _extract_member(deb: Path, member_suffix: str, target: Path) -> None:
     """Copy the one file of ``deb`` whose path ends with member_suffix to target (atomically)."""
-    partial = target.parent / f"{target.name}.partial"
+    _extract_members(deb, {member_suffix: target})
+
+
+def _extract_members(deb: Path, wanted: dict[str, Path]) -> None:
+    """Copy each file of ``deb`` whose path ends with a key of ``wanted`` to its target (atomically), in one pass."""
+    left = dict(wanted)
     with subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE) as proc:
         with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
             for entry in tar:
-                if entry.isfile() and entry.name.endswith(member_suffix):
-                    with tar.extractfile(entry) as src, open(partial, "wb") as dst:
-                        shutil.copyfileobj(src, dst, 1 << 20)
+                suffix = next((s for s in left if entry.name.endswith(s)), None)
+                if suffix is None or not entry.isfile():
+                    continue
+                target = left.pop(suffix)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                partial = target.parent / f"{target.name}.partial"
+                with tar.extractfile(entry) as src, open(partial, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+                partial.rename(target)
+                if not left:
                     break
         proc.stdout.read()
-    if not partial.exists():
-        raise RuntimeError(f"{deb.name} has no {member_suffix}")
-    partial.rename(target)
+    if left:
+        raise RuntimeError(f"{deb.name} has no {', '.join(left)}")
 
 
 def ensure_kernel_debug() -> KernelDebug:
@@ -114,6 +131,31 @@ def ensure_kernel_debug() -> KernelDebug:
     return KernelDebug(vmlinux, source, release)
 
 
+def module_debug_root() -> Path:
+    """Where the kept module debug files are: a tree laid out as /usr/lib/debug."""
+    return CACHE_DIR / "module-debug"
+
+
+def module_debug_files(release: str) -> list[Path]:
+    return [module_debug_root() / "lib" / "modules" / release / module for module in MODULES]
+
+
+def ensure_module_debug() -> Path:
+    """The debug tree holding MODULES' debug files, extracted from the -dbg package on first use."""
+    kernel = ensure_kernel_debug()
+    files = module_debug_files(kernel.release)
+    if all(path.exists() for path in files):
+        return module_debug_root()
+    package = f"linux-image-{kernel.release}-dbg"
+    cached = sorted(CACHE_DIR.glob(f"{package}_*.deb"))  # left by an interrupted run: no second 860 MB download
+    deb = cached[-1] if cached else _download(package)
+    _extract_members(deb, {f"/usr/lib/debug/lib/modules/{kernel.release}/{module}": path
+                           for module, path in zip(MODULES, files)})
+    deb.unlink()
+    return module_debug_root()
+
+
 if __name__ == "__main__":
     print(ensure_kernel_debug())
+    print(ensure_module_debug())
     sys.exit(0)

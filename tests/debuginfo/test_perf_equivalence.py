@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from debuginfo_helpers import C_DIR, VARIANTS, perf_probe
+from debuginfo_helpers import C_DIR, FUNCTIONS, LINE_SPECS, VAR_SPECS, VARIANTS, perf_probe
 
 from kprobe_tui.debuginfo.describe import format_points
 from kprobe_tui.debuginfo.lines import LineSpec, find_line_range, render
@@ -11,13 +11,6 @@ from kprobe_tui.debuginfo.scope import ProbeSpec, open_debuginfo
 from kprobe_tui.errors import UserError
 
 pytestmark = pytest.mark.perf
-
-FUNCTIONS = ["main", "count_ready", "total_area", "describe", "largest_area", "remember"]
-LINE_SPECS = FUNCTIONS + ["count_ready:5-9", "total_area:2+4", "main@probed.c:7-12", "probed.c:30-45"]
-VAR_SPECS = FUNCTIONS + [
-    "shape_area", "total_area%return", "describe%return", "count_ready:8", "count_ready:9", "total_area:7",
-    "total_area:10", "describe:9", "main:7", "main:18", "largest_area:2", "largest_area:5",
-]
 
 
 def our_lines(binary, spec: str) -> str:

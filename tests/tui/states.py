@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import os
 import shutil
 import subprocess
 import tempfile
@@ -21,7 +22,8 @@ from unittest import mock
 
 from textual.pilot import Pilot
 
-from kprobe_tui.debuginfo.locate import KERNEL_PACKAGE_HINT
+from kprobe_tui.debuginfo.debuginfod import Progress
+from kprobe_tui.debuginfo.locate import KERNEL_PACKAGE_HINT, ElfSections
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.events import Events
@@ -35,8 +37,10 @@ from kprobe_tui.tui.app import KprobeTui
 from kprobe_tui.tui.screens.events import EventsScreen
 from kprobe_tui.tui.screens.probes import ProbesScreen
 from kprobe_tui.tui.screens.source import DebugTarget
+from kprobe_tui.tui.widgets.download_bar import DownloadBar
 from kprobe_tui.tui.widgets.function_list import FunctionList
 from kprobe_tui.tui.widgets.variable_tree import VariableTree
+from tests.debuginfod_servers import ServedFile
 
 TESTS = Path(__file__).parents[1]
 SNAPSHOT_61 = TESTS / "fixtures" / "snapshots" / "debian-6.1.tar.gz"
@@ -63,14 +67,17 @@ class State:
     reach: Callable[[Pilot], Awaitable[None]]
     sizes: tuple[tuple[int, int], ...] = SIZES
     kernel: Callable[[], AbstractContextManager] | None = None
+    server: Callable[[], AbstractContextManager] | None = None  # a debuginfod server of the state's own
 
     def environment(self) -> AbstractContextManager:
-        """Where the state is reached and shot: the fixed PID, and the kernel set-up if any."""
+        """Where the state is reached and shot: the fixed PID, and the kernel and server set-up if any."""
         stack = contextlib.ExitStack()
         stack.enter_context(mock.patch("os.getpid", return_value=FIXED_PID))
         stack.enter_context(mock.patch.object(lifetime, "LOCK_DIR", OWN_LOCKS))
         if self.kernel is not None:
             stack.enter_context(self.kernel())
+        if self.server is not None:
+            stack.enter_context(self.server())
         return stack
 
 
@@ -95,6 +102,29 @@ def probed_program() -> Path:
         if not copy.exists() or copy.read_bytes() != source.read_bytes():
             shutil.copyfile(source, copy)  # only then newer than the binary: compile_program rebuilds it
     return compile_program("probed", PROGRAMS / "probed.c", "-O2", "-gdwarf-5")
+
+
+def stripped_program() -> tuple[Path, bytes]:
+    """probed stripped to a .gnu_debuglink whose file is not here (a server has it): (binary, debug file)."""
+    full = probed_program()
+    binary, debug = PROGRAMS / "probed-stripped", PROGRAMS / "probed-stripped.debug"
+    subprocess.run(["objcopy", "--only-keep-debug", str(full), str(debug)], check=True)
+    subprocess.run(["objcopy", "--strip-debug", f"--add-gnu-debuglink={debug}", str(full), str(binary)], check=True,
+                   cwd=PROGRAMS)
+    data = debug.read_bytes()
+    debug.unlink()
+    return binary, data
+
+
+@contextlib.contextmanager
+def stalled_debuginfod() -> Iterator[None]:
+    """A server of our own with the stripped program's debug file, stopping halfway through it (the
+    download's state is on screen then); DEBUGINFOD_URLS names it, a fresh cache receives."""
+    binary, data = stripped_program()
+    with tempfile.TemporaryDirectory(prefix="kprobe-tui-screens-cache-") as cache, \
+            ServedFile(data, ElfSections(binary).build_id(), chunk=1024, pause_after=len(data) // 2) as server, \
+            mock.patch.dict(os.environ, {"DEBUGINFOD_URLS": server.url, "DEBUGINFOD_CACHE_PATH": cache}):
+        yield
 
 
 def builder_program() -> Path:
@@ -205,6 +235,21 @@ async def to_source_without_dwarf(pilot: Pilot) -> None:
         await settled(pilot)
 
 
+async def to_download(pilot: Pilot) -> None:
+    """count_ready's source view while its debug info downloads, the server stalled halfway. The server's
+    port, the rate and the time left change from run to run: the picture shows that report with these fixed."""
+    await catalog_loaded(pilot)
+    await pilot.press("slash", *"count_ready", "enter", "enter")
+    bar = pilot.app.screen.query_one(DownloadBar)
+    await until(pilot, lambda: bar.report is not None and bar.report.total, "the download starts")
+    first = bar.report
+    build_id = first.url.rsplit("/", 2)[-2]
+    bar.show(Progress(first.what, f"http://127.0.0.1:8002/buildid/{build_id}/debuginfo", first.total // 2,
+                      first.total, 2.5e3))
+    pilot.app.clear_notifications()
+    await pilot.pause()  # not settled(): the download's worker waits on the stalled server until the app closes
+
+
 async def to_builder(pilot: Pilot) -> None:
     """A uprobe on work() capturing a member through a pointer and an argument."""
     await catalog_loaded(pilot)
@@ -263,6 +308,7 @@ STATES = [
     State("functions", kernel_app, to_functions),
     State("source", lambda: program_app(probed_program()), to_source),
     State("source-btf", kernel_app, to_source_without_dwarf),
+    State("source-download", lambda: program_app(PROGRAMS / "probed-stripped"), to_download, server=stalled_debuginfod),
     State("builder", lambda: program_app(builder_program()), to_builder),
     State("builder-tree", lambda: program_app(builder_program()), to_builder_tree),
     State("events", kernel_app, to_events),

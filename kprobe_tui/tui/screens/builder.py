@@ -95,6 +95,7 @@ class BuildRequest:
     event: str = ""  # "" = the generated name
     group: str = ""  # "" = this run's group
     lab: bool = False  # lab mode: no guard filter (nobody here displays them yet), admin lines instead
+    module: str | None = None  # the kernel module the function is in: its DWARF, and MODULE:func places
 
     def place(self) -> str:
         if self.kind in ("line", "offset"):
@@ -127,7 +128,8 @@ def build_preview(request: BuildRequest, events: Events | None, readme: str, btf
     try:
         own_group = None if request.lab else lifetime.run_name()
         group = check_group(request.group.strip(), own=own_group) if request.group.strip() else own_group or DEFAULT_PERSISTENT_GROUP
-        spec = parse_spec(request.words(), binary=request.binary, fprobe=request.kind.startswith("fprobe"), group=group)
+        spec = parse_spec(request.words(), binary=request.binary, fprobe=request.kind.startswith("fprobe"), group=group,
+                          module=request.module)
         if request.event.strip():
             spec = replace(spec, event=check_name(request.event.strip(), "event", MAX_EVENT_NAME_LEN))
         advice = guard.advise(spec)  # our own PID: showing its events must not cause more of them
@@ -223,8 +225,8 @@ def load_variables(request: BuildRequest, btf_path: str | None) -> tuple[list[Va
     is_return = request.kind in ("return", "fprobe_exit")
     try:
         spec = parse_spec([request.place(), "$params"], binary=request.binary,
-                          fprobe=request.kind.startswith("fprobe"), group="g")
-        if request.binary or request.vmlinux:
+                          fprobe=request.kind.startswith("fprobe"), group="g", module=request.module)
+        if request.binary or request.vmlinux or request.module:
             return dwarf_variables(spec, request.vmlinux), ""
         if request.kind in ("line", "offset"):
             return [], "kernel lines and offsets need DWARF (-k VMLINUX): type registers in Args (%di, $stack0)"
@@ -329,13 +331,16 @@ class ProbeBuilderScreen(Screen):
         vmlinux: str | None = None,
         kind: str = "entry",
         lab_reason: str | None = None,
+        module: str | None = None,
     ) -> None:
         """``line`` and ``variable`` prefill a line probe capturing that variable (from a source view);
         ``vmlinux`` is the kernel's debug info, for C-level probes in kernel functions; ``lab_reason``
-        (why this user cannot write tracefs) turns Create into a hand-off to an administrator."""
+        (why this user cannot write tracefs) turns Create into a hand-off to an administrator; ``module``:
+        the kernel module the function is in (its debug info, and probes placed as MODULE:func)."""
         super().__init__()
         self.function = function
         self.vmlinux = vmlinux
+        self.module = module or None
         self.lab_reason = lab_reason
         self.binary = os.path.abspath(binary) if binary else None  # resolved and checked by parse_spec
         self.tracefs = sources.tracing() if sources is not None and sources.tracefs is not None else None
@@ -358,7 +363,8 @@ class ProbeBuilderScreen(Screen):
         # The first preview and tree need no typing: started now, they compile while Textual lays out
         # the new screen's widgets instead of after it (about half the wait to the first preview).
         self._opening = BuildRequest(function, self.binary, self.initial_kind, self.initial_number, self.initial_args,
-                                     "", None if self.binary else vmlinux, "", self.initial_group, bool(lab_reason))
+                                     "", None if self.binary else vmlinux, "", self.initial_group, bool(lab_reason),
+                                     self.module)
         self._opening_work = {  # the preview first: it is what Create will write
             "preview": _COMPILER.submit(build_preview, self._opening, self.events, self.readme, self.btf_path),
             "variables": _COMPILER.submit(load_variables, self._opening, self.btf_path),
@@ -437,6 +443,7 @@ class ProbeBuilderScreen(Screen):
             self.query_one("#event", Input).value,
             self.query_one("#group", Input).value,
             bool(self.lab_reason),
+            self.module,
         )
 
     def _update_number_box(self) -> None:

@@ -3,7 +3,9 @@
 The DWARF work runs in worker threads (a kernel unit takes a fraction of a second); the screen
 only shows what the debuginfo core returns. Without DWARF (the usual kernel: no debug vmlinux
 installed) it falls back to the prototype from BTF, says in plain words what is missing, and
-still offers entry and return probes, whose arguments BTF names.
+still offers entry and return probes, whose arguments BTF names. Debug info or source text that
+comes from debuginfod shows a progress bar while it downloads (the rest of the app stays usable);
+escape cancels it, and leaving the screen does too.
 """
 
 from __future__ import annotations
@@ -23,23 +25,27 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Static
 
+from kprobe_tui.debuginfo.debuginfod import Cancel, Client, Progress
 from kprobe_tui.debuginfo.describe import format_points
 from kprobe_tui.debuginfo.lines import LineSpec, find_line_range, source_text
 from kprobe_tui.debuginfo.scope import DebugInfo, ProbeSpec, open_debuginfo
 from kprobe_tui.errors import UserError
+from kprobe_tui.tui.widgets.download_bar import DownloadBar
 from kprobe_tui.tui.widgets.source_view import SourceView
 
 
 @dataclass(frozen=True)
 class DebugTarget:
-    """Whose debug info to read: a user binary (-x), a vmlinux (-k), or the running kernel's."""
+    """Whose debug info to read: a user binary (-x), a loaded kernel module, a vmlinux (-k), or the running kernel's."""
 
     binary: str | None = None
     vmlinux: str | None = None
     source_dir: str | None = None
+    module: str | None = None
 
-    def open(self) -> DebugInfo:
-        return open_debuginfo(binary=self.binary, vmlinux=self.vmlinux, source_dir=self.source_dir)
+    def open(self, debuginfod=None) -> DebugInfo:
+        return open_debuginfo(binary=self.binary, vmlinux=None if self.module else self.vmlinux,
+                              source_dir=self.source_dir, module=self.module, debuginfod=debuginfod)
 
 
 def clickable_variables(listing: str, capturable: set[str]) -> Text:
@@ -67,7 +73,7 @@ class SourceScreen(Screen):
     ``prototype`` is asked, off the UI thread, only when there is no DWARF to show."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "app.pop_screen", "Back"),
+        Binding("escape", "back", "Back"),
         Binding("enter", "probe_here", "Probe"),
         Binding("r", "probe_function('return')", "Return"),
         Binding("a", "probe_all_variables", "All vars"),
@@ -119,9 +125,12 @@ class SourceScreen(Screen):
         # pyelftools reads through shared stream positions: one DWARF question at a time, even
         # when a quick cursor leaves an earlier (uncancellable) thread worker still running
         self._dwarf_lock = threading.Lock()
+        self._download = Cancel()  # set: the debuginfod transfer of load() stops at once
+        self.downloading = False
 
     def compose(self) -> ComposeResult:
         yield Static(f"Loading the debug info of {self.function}…", id="source-title")
+        yield DownloadBar(id="download")
         with Horizontal(id="source-body"):
             yield SourceView(id="source")
             with VerticalScroll(id="vars-pane"):
@@ -139,18 +148,47 @@ class SourceScreen(Screen):
 
     @work(thread=True, exclusive=True, group="source")
     def load(self) -> None:
+        client = Client(progress=lambda report: self.app.call_from_thread(self._show_download, report),
+                        cancel=self._download)
         try:
-            info = self.target.open()
+            info = self.target.open(debuginfod=client)
             found = find_line_range(info, LineSpec.parse(self.function))
             text = source_text(info, found)
-        except UserError as error:
+        except UserError as error:  # Cancelled too: what can still be probed, and that nothing was kept
             prototype = self._prototype() if self._prototype is not None else None
             self.app.call_from_thread(self._show_fallback, error, prototype)
             return
         self.app.call_from_thread(self._show_source, info, found, text)
 
+    # --- debuginfod downloads ---------------------------------------------------------------------
+
+    def _show_download(self, progress: Progress) -> None:
+        if not self.is_mounted:
+            return
+        self.downloading = not progress.finished and not self._download.is_set()
+        if self.downloading:
+            self.query_one(DownloadBar).show(progress)
+        else:
+            self.query_one(DownloadBar).hide()
+
+    def action_back(self) -> None:
+        """Escape: stop a download in progress (the screen then says so), else go back."""
+        if self.downloading:
+            self._download.set()
+            self.downloading = False
+            self.query_one(DownloadBar).hide()
+            return
+        self.app.pop_screen()
+
+    def on_unmount(self) -> None:
+        self._download.set()  # nobody will look at what it brings
+
+    # --- what is shown ------------------------------------------------------------------------------
+
     def _show_fallback(self, error: UserError, prototype: str | None) -> None:
         """What can still be probed without DWARF, and what would bring the source view."""
+        self.downloading = False
+        self.query_one(DownloadBar).hide()
         self.fallback = True
         kernel = self.target.binary is None
         self.query_one("#source-title", Static).update(
@@ -178,6 +216,8 @@ class SourceScreen(Screen):
         return True
 
     def _show_source(self, info, found, text) -> None:
+        self.downloading = False
+        self.query_one(DownloadBar).hide()
         self.info, self.decl_line = info, found.offset
         title = (f"{self.function}  {text.path}\n{len(found.lines)} probeable lines (n/p): enter or a click on "
                  "a number probes one, a click on a variable captures it")
