@@ -23,9 +23,11 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from kprobe_tui.errors import UserError
+from kprobe_tui.files import read_regular
 
 DEFAULT_THEME = "dark"
 NO_COLOR_THEME = "monochrome"
+MAX_CONFIG = 1 << 20  # a few settings: anything bigger is not our file
 _PACKAGE = Path(__file__).resolve().parent
 
 
@@ -74,10 +76,12 @@ def load(path: Path | None = None) -> tuple[dict, str | None]:
     """The saved settings and what was wrong with them: a missing file is empty, a broken one is
     ignored with a warning for the user (never a crash)."""
     path = path or config_path()
-    try:
-        return tomllib.loads(path.read_text()), None
-    except FileNotFoundError:
+    if not path.exists():
         return {}, None
+    try:
+        return tomllib.loads(read_regular(path, "config file", MAX_CONFIG).decode()), None
+    except UserError as exc:
+        return {}, f"ignored the {exc.message}"
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         return {}, f"ignored the config file {path}: {exc}"
 

@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 from kprobe_tui.debuginfo import dwarfinfo as dw
 from kprobe_tui.debuginfo.locate import source_path
 from kprobe_tui.errors import UserError
+from kprobe_tui.files import MiB, read_regular
 
 INT_MAX = 2**31 - 1
+MAX_SOURCE = 64 * MiB  # the biggest C files (generated tables) are a few MB
 TRAILING_LINES = 2  # perf's NR_ADDITIONAL_LINES
 RANGE_RE = re.compile(r"^(?P<what>[^:]+)(?::(?P<start>\d+)(?:(?P<sep>[-+])(?P<end>\d+))?)?$")
 
@@ -263,6 +265,15 @@ class SourceText:
     note: str | None
 
 
+def source_lines(data: bytes) -> list[str]:
+    """A file's lines with their endings, split at newlines only, as perf and the line table count them
+    (str.splitlines also breaks at form feeds, \\x1c-\\x1e, U+0085 and U+2028, which shifts every line after)."""
+    text = data.decode("utf-8", errors="surrogateescape")
+    lines = [line + "\n" for line in text.split("\n")]
+    lines[-1] = lines[-1][:-1]
+    return lines if lines[-1] else lines[:-1]
+
+
 def source_text(info, found: LineRange) -> SourceText:
     """Read the source of a line range as perf resolves it (comp_dir, -s prefix)."""
     source = source_path(found.path, found.comp_dir, info.source_dir)
@@ -273,10 +284,9 @@ def source_text(info, found: LineRange) -> SourceText:
     lines = None
     if source is not None:
         try:
-            with open(source, "rb") as stream:
-                lines = stream.read().decode("utf-8", errors="surrogateescape").splitlines(keepends=True)
-        except OSError as exc:
-            notes.append(f"cannot read {source}: {exc.strerror}")
+            lines = source_lines(read_regular(source, "source file", MAX_SOURCE))
+        except UserError as exc:  # the debug info names it: it may be anything, a FIFO included
+            notes.append(exc.message)
     if lines is None:
         notes.append(f"source text not found for {found.path} (pass -s DIR with the source tree)")
     return SourceText(source or found.path, lines, "; ".join(notes) or None)

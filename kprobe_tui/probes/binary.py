@@ -15,6 +15,7 @@ from pathlib import Path
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.catalog import Function, Status, Symbol, clone_reason
+from kprobe_tui.machine import require_x86_64_elf
 
 # What each Status means for a function of a user binary.
 WITH_DEBUG_INFO = Status.FTRACE  # DWARF describes it: arguments and locals by name
@@ -49,6 +50,7 @@ class BinaryCatalog:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path).resolve()
+        require_x86_64_elf(self.path)
         self.notes: list[str] = []
         self._symbols = _read_function_symbols(self.path)
         self.names: list[str] = sorted(self._symbols)

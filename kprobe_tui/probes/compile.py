@@ -16,6 +16,7 @@ from typing import Any
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.capabilities import readme_offers
+from kprobe_tui.machine import require_x86_64_elf
 from kprobe_tui.probes.render import default_arg_name, default_event_name, unique_name
 from kprobe_tui.probes.spec import (
     LOCALS_GONE,
@@ -48,6 +49,7 @@ class ElfSymbols:
         from elftools.elf.elffile import ELFFile
 
         self.path = Path(path)
+        require_x86_64_elf(self.path)
         try:
             with open(self.path, "rb") as stream:
                 elf = ELFFile(stream)
@@ -328,7 +330,8 @@ def _lazy_places(info, spec: ProbeSpec) -> list[str]:
     """perf's ;PTN: the probeable lines of the function whose text matches the glob, spaces ignored."""
     import fnmatch
 
-    from kprobe_tui.debuginfo.lines import INT_MAX, LineSpec, find_line_range
+    from kprobe_tui.debuginfo.lines import INT_MAX, MAX_SOURCE, LineSpec, find_line_range, source_lines
+    from kprobe_tui.files import read_regular
 
     if spec.function is None:
         raise UserError(f"{spec.place_text()!r}: a pattern needs the function to search", f"write FUNC@{spec.source};{spec.lazy}")
@@ -337,8 +340,7 @@ def _lazy_places(info, spec: ProbeSpec) -> list[str]:
     if source is None:
         raise UserError(f"{spec.place_text()!r}: the source text of {found.path or spec.function} is not found",
                         "a ;PATTERN is matched against the source: run where the source tree is")
-    with open(source, errors="replace") as stream:
-        text = stream.read().splitlines()
+    text = [line.rstrip("\n") for line in source_lines(read_regular(source, "source file", MAX_SOURCE))]
     pattern = "".join(spec.lazy.split())
     lines = [n for n in found.lines if n <= len(text) and fnmatch.fnmatchcase("".join(text[n - 1].split()), pattern)]
     if not lines:
