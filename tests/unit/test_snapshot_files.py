@@ -10,6 +10,7 @@ import io
 import json
 import os
 import resource
+import signal
 import stat
 import subprocess
 import sys
@@ -21,7 +22,7 @@ import pytest
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.files import MiB
-from kprobe_tui.kernel import lifetime, snapshot
+from kprobe_tui.kernel import snapshot
 from kprobe_tui.kernel.snapshot import open_snapshot, unpack
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "snapshots" / "debian-6.1.tar.gz"
@@ -227,12 +228,15 @@ def test_a_full_disk_leaves_the_old_archive_intact(tmp_path, offline):
     assert sorted(os.listdir(tmp_path)) == ["kernel.tar.gz"]
 
 
-def test_the_unpacked_copy_is_registered_for_removal(tmp_path, monkeypatch):
-    """The same undo that removes probes on SIGTERM/SIGHUP removes the unpacked snapshot."""
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    monkeypatch.setattr("tempfile.tempdir", None)
-    sources = open_snapshot(FIXTURE)
-    root = sources.kallsyms.parents[1]
-    assert root.parent == tmp_path and root.is_dir()
-    lifetime.undo.run_all()
-    assert not root.exists()
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_leaves_no_unpacked_copy(tmp_path, signum):
+    """The unpacked copy (~11 MB) is removed by the undo that removes probes on SIGTERM and SIGHUP too."""
+    opener = ("import sys, time\nfrom pathlib import Path\nfrom kprobe_tui.kernel.snapshot import open_snapshot\n"
+              "open_snapshot(Path(sys.argv[1]))\nprint('open', flush=True)\ntime.sleep(60)\n")
+    child = subprocess.Popen([sys.executable, "-c", opener, str(FIXTURE)], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert child.stdout.readline() == "open\n"
+    assert len(temporary_dirs(tmp_path)) == 1
+    child.send_signal(signum)
+    assert child.wait(timeout=30) == -signum  # it still dies of the signal, after cleaning up
+    assert temporary_dirs(tmp_path) == []
