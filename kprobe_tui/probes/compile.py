@@ -403,35 +403,54 @@ def _moved_point(info, spec: ProbeSpec, point, notes: list[str]):
 
 
 def _skips_prologue(info, spec: ProbeSpec, point) -> bool:
-    """perf's skip_prologue(): uprobes, -O0 code, FUNC or FUNC@SRC entry, with variables to read."""
-    if not spec.is_uprobe or spec.kind != "entry" or point.is_inline:
+    """perf's skip_prologue(): uprobes on the entry of FUNC or FUNC@SRC (no line, offset or pattern), when
+    a C variable is read, in an out-of-line definition, in a unit compiled without optimisation."""
+    if not spec.is_uprobe or spec.kind != "entry" or spec.lazy is not None or point.is_inline:
         return False
     if not any(a.kind in ("var", "params", "vars") for a in spec.args):
-        return False
-    cu_offset = info.aranges.cu_at(point.address)
-    producer = info.cu(cu_offset).get_top_DIE().attributes.get("DW_AT_producer") if cu_offset is not None else None
-    flags = producer.value.decode(errors="replace") if producer else ""
-    return not any(flag.startswith("-O") and flag not in ("-O0",) for flag in flags.split())
+        return False  # perf_probe_with_var: registers, $retval, @symbols are as good at the first instruction
+    from kprobe_tui.debuginfo import dwarfinfo as dw
+
+    definitions = info.definitions(spec.function, spec.source)
+    return bool(definitions) and dw.is_func_instance(definitions[0]) and not _optimized(info, definitions[0].cu.cu_offset)
+
+
+@lru_cache(maxsize=64)
+def _optimized(info, cu_offset: int) -> bool:
+    """perf's die_is_optimized_target: some variable or parameter of the unit has a location list. (Not
+    the producer's -O flags: -O1 code without a location list is skipped over as perf does.)"""
+    from kprobe_tui.debuginfo import dwarfinfo as dw
+
+    for die in info.cu(cu_offset).iter_DIEs():
+        if die.tag in ("DW_TAG_formal_parameter", "DW_TAG_variable"):
+            location = dw.attr(die, "DW_AT_location")
+            if location is not None and location.form == "DW_FORM_sec_offset":
+                return True
+    return False
 
 
 def _after_prologue(info, entry: int) -> int:
-    """The first line-table address after the entry whose source line differs: the body's start."""
+    """perf's die_skip_prologue: in the unit's line table (sorted as elfutils sorts it), the address of the
+    row after the entry's first row, unless the entry's row ends the prologue itself (clang's marker) or
+    that address is past the function. Not "the next source line": a one-line function stores its
+    arguments before its second row, on the same line."""
+    from bisect import bisect_left
+
     from kprobe_tui.debuginfo import dwarfinfo as dw
 
     unit = info.units.of(info.cu(info.aranges.cu_at(entry)))
     function = info.real_function_at(unit.cu, entry)
-    high = max(end for _, end in dw.ranges_of(function, info.units))
-    entry_line = None
-    for row in unit.rows:
-        if row.address < entry or row.end_sequence:
-            continue
-        if row.address >= high:
-            break
-        if entry_line is None:
-            entry_line = row.line
-        elif row.line != entry_line and row.address > entry:
-            return row.address
-    return entry
+    if function is None or "DW_AT_high_pc" not in function.attributes:
+        return entry  # perf asks dwarf_highpc, which fails for a function in several ranges
+    high = dw.ranges_of(function, info.units)[0][1]
+    rows = unit.rows
+    first = bisect_left(rows, entry, key=lambda row: row.address)  # an end_sequence row there comes first, as in perf
+    if first == len(rows) or rows[first].address != entry:
+        return entry
+    if rows[first].prologue_end or first + 1 == len(rows):
+        return entry
+    after = rows[first + 1].address
+    return after if after < high else entry
 
 
 def _dwarf_fetches(info, spec: ProbeSpec, point, notes: list[str], return_args: bool) -> tuple[FetchArg, ...]:
