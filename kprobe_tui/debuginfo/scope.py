@@ -20,7 +20,7 @@ from functools import cached_property
 from typing import Any
 
 from kprobe_tui.debuginfo import dwarfinfo as dw
-from kprobe_tui.debuginfo.index import NameIndex, cache_key
+from kprobe_tui.debuginfo.index import NameIndex, cache_key, file_identity
 from kprobe_tui.debuginfo.locate import (
     LocatedDebugInfo,
     find_binary_debuginfo,
@@ -172,7 +172,7 @@ class DebugInfo:
                 if cu is not None:
                     yield name, cu
 
-        return NameIndex.load_or_build(key, from_symbols)
+        return NameIndex.load_or_build(key, from_symbols, file_identity(self.located.debug_file))
 
     def _all_defined_functions(self):
         for cu in self.dwarf.iter_CUs():
