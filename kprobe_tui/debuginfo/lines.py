@@ -13,12 +13,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from kprobe_tui.debuginfo import dwarfinfo as dw
+from kprobe_tui.debuginfo.corrupt import reports_corruption
 from kprobe_tui.debuginfo.locate import source_path
 from kprobe_tui.errors import UserError
 from kprobe_tui.files import MiB, read_regular
 
 INT_MAX = 2**31 - 1
 MAX_SOURCE = 64 * MiB  # the biggest C files (generated tables) are a few MB
+
+
+def _debug_file(info, *_args, **_kwargs):
+    return info.located.debug_file
 TRAILING_LINES = 2  # perf's NR_ADDITIONAL_LINES
 RANGE_RE = re.compile(r"^(?P<what>[^:]+)(?::(?P<start>\d+)(?:(?P<sep>[-+])(?P<end>\d+))?)?$")
 
@@ -197,6 +202,7 @@ def _collect(info, unit, scopes, fname: str, start: int, end: int, reversible: b
     result.lines = sorted(lines)
 
 
+@reports_corruption(_debug_file)
 def find_line_range(info, spec: LineSpec) -> LineRange:
     """The probeable lines of a spec, as perf's debuginfo__find_line_range decides them.
 
@@ -274,6 +280,7 @@ def source_lines(data: bytes) -> list[str]:
     return lines if lines[-1] else lines[:-1]
 
 
+@reports_corruption(_debug_file)
 def source_text(info, found: LineRange) -> SourceText:
     """Read the source of a line range as perf resolves it (comp_dir, -s prefix)."""
     source = source_path(found.path, found.comp_dir, info.source_dir)
@@ -292,6 +299,7 @@ def source_text(info, found: LineRange) -> SourceText:
     return SourceText(source or found.path, lines, "; ".join(notes) or None)
 
 
+@reports_corruption(_debug_file)
 def render(info, found: LineRange) -> tuple[str, str | None]:
     """perf's __show_line_range output, and a note for the user (missing source, fallback) or None."""
     source = source_text(info, found)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kprobe_tui.debuginfo.corrupt import file_of_die, reports_corruption
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.btf import Btf
 from kprobe_tui.probes import locations as loc
@@ -58,6 +59,7 @@ def retval_node(type_name: str = "return value") -> VariableNode:
 # -- DWARF ------------------------------------------------------------------------------------
 
 
+@reports_corruption(lambda spec, vmlinux=None: spec.binary or vmlinux or "the running kernel's vmlinux")
 def dwarf_variables(spec: ProbeSpec, vmlinux: str | None = None) -> list[VariableNode]:
     """Parameters and locals at the first address the spec compiles to, innermost name wins."""
     info, points = dwarf_points(spec, vmlinux)
@@ -142,6 +144,7 @@ def _dwarf_node(expression: str, name: str, type_die, where: str, bits: tuple[in
     return VariableNode(expression, name, type_name, where, reads_as=reads_as, handle=handle)
 
 
+@reports_corruption(lambda node: file_of_die(node.handle[1]))
 def _dwarf_children(node: VariableNode) -> list[VariableNode]:
     real = loc.strip(node.handle[1])
     if real.tag == "DW_TAG_pointer_type":
@@ -258,6 +261,7 @@ def children(node: VariableNode) -> list[VariableNode]:
     if not node.expandable:
         return []
     return _dwarf_children(node) if node.handle[0] == "dwarf" else _btf_children(node)
+
 
 
 

@@ -14,6 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from kprobe_tui.debuginfo.corrupt import read_errors, reports_corruption
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.capabilities import readme_offers
 from kprobe_tui.machine import require_x86_64_elf
@@ -45,7 +46,6 @@ class ElfSymbols:
     """Function symbols of one ELF file and the virtual-address -> file-offset map of its segments."""
 
     def __init__(self, path: str | Path) -> None:
-        from elftools.common.exceptions import ELFError
         from elftools.elf.elffile import ELFFile
 
         self.path = Path(path)
@@ -73,8 +73,9 @@ class ElfSymbols:
                             same.append(ElfSymbol(sym.name, sym["st_value"], sym["st_size"], offset))
         except FileNotFoundError:
             raise UserError(f"{str(path)!r}: no such file", "give the path of an executable or shared library") from None
-        except (ELFError, OSError) as exc:
-            raise UserError(f"{str(path)!r}: not a readable ELF file ({exc})", "give an executable or shared library") from None
+        except read_errors() as exc:  # a symbol or program header table whose offsets lead nowhere
+            raise UserError(f"{str(path)!r}: not a readable ELF file ({type(exc).__name__}: {exc})",
+                            "give an executable or shared library") from None
 
     def file_offset(self, address: int) -> int:
         """Where a virtual address sits in the file: uprobes are placed by file offset."""
@@ -279,6 +280,11 @@ def _btf_available(btf_path: str | Path | None) -> bool:
 # -- DWARF ------------------------------------------------------------------------------------
 
 
+def _dwarf_file(spec: ProbeSpec, *_args, vmlinux: str | None = None, **_kwargs) -> str:
+    return spec.binary or vmlinux or "the running kernel's vmlinux"
+
+
+@reports_corruption(_dwarf_file)
 def compile_dwarf(
     spec: ProbeSpec, group: str, taken: Iterable[str] = (), *, vmlinux: str | None = None, readme: str = ""
 ) -> list[CompiledProbe]:
@@ -302,6 +308,7 @@ def compile_dwarf(
     return probes
 
 
+@reports_corruption(_dwarf_file)
 def dwarf_points(spec: ProbeSpec, vmlinux: str | None = None) -> tuple[Any, list[tuple[Any, str, list[str]]]]:
     """The debug info, and (point, place, notes) for every address the spec compiles to, after +OFF or
     the prologue skip: the builder's variable tree lists exactly what Create will read."""
