@@ -14,13 +14,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.files import read_regular
