@@ -11,7 +11,7 @@ lives, and why it cannot be captured when it cannot.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +68,7 @@ def dwarf_variables(spec: ProbeSpec, vmlinux: str | None = None) -> list[Variabl
     for variable in point.variables:
         if not variable.is_external:
             chosen[variable.name] = variable
-    nodes = [_dwarf_root(variable, spec) for variable in chosen.values()]
+    nodes = only_nameable([_dwarf_root(variable, spec) for variable in chosen.values()])
     if spec.is_return:
         nodes.append(retval_node(_return_type_name(info, spec)))
     return nodes
@@ -183,6 +183,7 @@ def btf_variables(function: str, btf_path: str | Path | None = None, *, is_retur
         if index >= len(ARG_REGISTERS) and not is_return:
             node = _unavailable(node, "passed on the stack: read it with $stackN in Args")
         nodes.append(node)
+    nodes = only_nameable(nodes)
     if is_return:
         nodes.append(retval_node(btf.type_name(btf.return_type(function))))
     return nodes
@@ -260,7 +261,15 @@ def children(node: VariableNode) -> list[VariableNode]:
     """The members of a struct, or of the struct a pointer points to; [] for anything else."""
     if not node.expandable:
         return []
-    return _dwarf_children(node) if node.handle[0] == "dwarf" else _btf_children(node)
+    return only_nameable(_dwarf_children(node) if node.handle[0] == "dwarf" else _btf_children(node))
+
+
+def only_nameable(nodes: list[VariableNode]) -> list[VariableNode]:
+    """Nodes whose name a probe cannot spell (debug info may hold any bytes: an escape sequence, a space)
+    shown but not tickable: ticking puts the expression into the Args box and then into tracefs."""
+    return [node if node.name.isidentifier() and node.name.isprintable() else
+            replace(_unavailable(node, "its name is not a C identifier: no probe can name it"), expandable=False)
+            for node in nodes]
 
 
 

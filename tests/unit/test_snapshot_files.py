@@ -240,3 +240,18 @@ def test_a_signal_leaves_no_unpacked_copy(tmp_path, signum):
     child.send_signal(signum)
     assert child.wait(timeout=30) == -signum  # it still dies of the signal, after cleaning up
     assert temporary_dirs(tmp_path) == []
+
+
+def test_manifest_strings_reach_the_terminal_escaped(tmp_path):
+    """The release and what was missing, as `doctor` prints them, from someone else's archive."""
+    members = fixture_members()
+    escapes = "\x1b]0;title\x07\x1b[2J"
+    manifest = json.loads(members["manifest.json"])
+    manifest["release"] = f"6.1{escapes}"
+    manifest["missing"] = [f"btf/x: {escapes}"]
+    members["manifest.json"] = json.dumps(manifest).encode()
+    archive = archive_of(tmp_path / "odd.tar.gz", members)
+    result = cli("--snapshot", str(archive), "doctor")
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stdout and "\x07" not in result.stdout
+    assert "6.1\\x1b]0;title\\x07\\x1b[2J" in result.stdout and "btf/x: \\x1b]0;title" in result.stdout

@@ -219,7 +219,9 @@ class SourceScreen(Screen):
             try:
                 points = self.info.probe_points(spec)
                 text = format_points(spec, points, verbose=self.verbose)
-                capturable = sorted({v.name for point in points for v in point.variables if v.listed_by_perf})
+                # a name a probe cannot spell (debug info may hold any bytes) is listed, not a link
+                capturable = sorted({v.name for point in points for v in point.variables
+                                     if v.listed_by_perf and v.name.isidentifier() and v.name.isprintable()})
             except UserError as error:
                 text = str(error)
         self.app.call_from_thread(self._show_variables, line, text, capturable)
