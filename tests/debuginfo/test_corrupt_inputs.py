@@ -14,7 +14,6 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from debuginfo_helpers import C_DIR
 
 from kprobe_tui.cli import main
 from kprobe_tui.debuginfo.locate import ElfSections
