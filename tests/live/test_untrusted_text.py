@@ -4,6 +4,7 @@ administrator named by hand. Nothing the CLI prints carries a control character;
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -91,7 +92,12 @@ def test_list_shows_a_hostile_path_escaped(hostile, tracefs_root, tmp_path):
     odd.mkdir()
     shutil.copy(binary, odd / "prog")
     offset = ElfSymbols(binary).function("shout").file_offset
-    top.write("uprobe_events", f"p:{GROUP}/odd {odd / 'prog'}:0x{offset:x}\n")
+    # by hand, as an administrator would (our own writer refuses control characters)
+    events = os.open(tracefs_root / "uprobe_events", os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(events, f"p:{GROUP}/odd {odd / 'prog'}:0x{offset:x}\n".encode())
+    finally:
+        os.close(events)
     listed = cli("list", f"{GROUP}/*")
     assert listed.returncode == 0, listed.stderr
     assert_terminal_safe(listed.stdout)
