@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kprobe_tui.errors import UserError
-from kprobe_tui.files import read_regular
+from kprobe_tui.files import NoSuchFile, read_regular
 
 DEFAULT_THEME = "dark"
 NO_COLOR_THEME = "monochrome"
@@ -72,10 +72,10 @@ def load(path: Path | None = None) -> tuple[dict, str | None]:
     """The saved settings and what was wrong with them: a missing file is empty, a broken one is
     ignored with a warning for the user (never a crash)."""
     path = path or config_path()
-    if not path.exists():
-        return {}, None
     try:
         return tomllib.loads(read_regular(path, "config file", MAX_CONFIG).decode()), None
+    except NoSuchFile:
+        return {}, None
     except UserError as exc:
         return {}, f"ignored the {exc.message}"
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:

@@ -29,6 +29,10 @@ def _kind(mode: int) -> str:
     return next((kind for test, kind in _KINDS if test(mode)), "not a regular file")
 
 
+class NoSuchFile(UserError):
+    """The file is not there (callers for whom a missing file is normal catch this one alone)."""
+
+
 def _refuse(what: str, path, problem: str, hint: str = "") -> UserError:
     return UserError(f"{what} {path}: {problem}", hint or f"give the path of a regular file as the {what}")
 
@@ -42,7 +46,7 @@ def open_regular(path: str | Path, what: str) -> BinaryIO:
             raise _refuse(what, path, f"is {_kind(mode)}, not a regular file")
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise _refuse(what, path, "no such file") from None
+        raise NoSuchFile(f"{what} {path}: no such file", f"give the path of a regular file as the {what}") from None
     except PermissionError:
         raise _refuse(what, path, "permission denied", "run as a user who may read it, or copy it somewhere readable") from None
     except OSError as exc:

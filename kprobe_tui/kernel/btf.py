@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from kprobe_tui.errors import UserError
-from kprobe_tui.files import MiB, open_regular
+from kprobe_tui.files import MiB, NoSuchFile, open_regular
 
 MAGIC = 0xEB9F
 VERSION = 1
@@ -120,14 +120,16 @@ class Btf:
     def load(cls, path: Path, base: Btf | None = None) -> Btf:
         """Open a raw BTF blob (or an ELF file's .BTF section); ``base`` for a module's split BTF."""
         path = Path(path)
-        if not path.exists():
-            raise BtfError(f"{path}: no such BTF file", "the kernel needs CONFIG_DEBUG_INFO_BTF=y")
         try:
             with open_regular(path, "BTF file") as stream:
                 if stream.peek(4)[:4] == b"\x7fELF":  # a vmlinux or .ko: only its .BTF section is read
                     data = _elf_btf_section(path, stream)
                 else:
                     data = stream.read(MAX_BTF + 1)
+        except NoSuchFile:
+            raise BtfError(f"{path}: no such BTF file", "the kernel needs CONFIG_DEBUG_INFO_BTF=y") from None
+        except BtfError:
+            raise
         except UserError as exc:
             raise BtfError(exc.message, exc.hint) from None
         except OSError as exc:

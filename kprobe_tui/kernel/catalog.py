@@ -17,7 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from kprobe_tui.errors import UserError
-from kprobe_tui.files import MiB, read_regular
+from kprobe_tui.files import MiB, NoSuchFile, read_regular
 from kprobe_tui.kernel.sources import KernelSources
 
 
@@ -119,10 +119,10 @@ def _read_lines(path: Path | None, what: str, notes: list[str]) -> list[str] | N
     if path is None:
         notes.append(f"{what}: not available (its filesystem is not mounted)")
         return None
-    if not path.exists():
-        return None
     try:
         return read_regular(path, what, MAX_LIST_FILE).decode(errors="replace").splitlines()
+    except NoSuchFile:
+        return None
     except UserError as exc:
         notes.append(exc.message)
         return None

@@ -28,7 +28,7 @@ import zlib
 from pathlib import Path
 
 from kprobe_tui.errors import UserError
-from kprobe_tui.files import MiB, open_regular, read_regular, write_atomic
+from kprobe_tui.files import MiB, NoSuchFile, open_regular, read_regular, write_atomic
 from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.sources import KernelSources
 
@@ -74,11 +74,10 @@ def capture(sources: KernelSources, out: Path, module_btf: bool = True, replace:
         if path is None:
             missing.append(f"{name}: filesystem not mounted")
             return
-        if not path.exists():
-            missing.append(f"{name}: not present on this kernel")
-            return
         try:
             members[name] = transform(path) if transform else read_regular(path, name, MAX_MEMBER)
+        except NoSuchFile:
+            missing.append(f"{name}: not present on this kernel")
         except UserError as exc:
             missing.append(exc.message)
 
