@@ -9,6 +9,7 @@ import sys
 
 from kprobe_tui import __version__, config
 from kprobe_tui.errors import UserError
+from kprobe_tui.textsafe import PrintableStream, printable
 
 # Each name is a module in kprobe_tui.commands with ``add_parser(subparsers)`` and ``run(args) -> int``.
 COMMANDS = ["funcs", "doctor", "snapshot", "lines", "vars", "tail", "probe", "list", "delete", "cleanup"]
@@ -76,17 +77,28 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        if args.command is None:
-            # Textual repaints one frame period after a change: at its default 60 fps that alone is
-            # 16.7 ms, a whole keystroke's budget when filtering 100k names as you type.
-            os.environ.setdefault("TEXTUAL_FPS", "120")
-            from kprobe_tui.tui.app import run_app
+    if args.command is None:
+        # Textual repaints one frame period after a change: at its default 60 fps that alone is
+        # 16.7 ms, a whole keystroke's budget when filtering 100k names as you type.
+        os.environ.setdefault("TEXTUAL_FPS", "120")
+        from kprobe_tui.tui.app import run_app
 
-            return run_app(args)
-        return args.run(args)
+        return _reporting_errors(run_app, args)
+    # Whatever a command prints reaches the terminal without control characters (textsafe).
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = PrintableStream(sys.stdout), PrintableStream(sys.stderr)
+    try:
+        return _reporting_errors(args.run, args)
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def _reporting_errors(run, args) -> int:
+    """Run a command (or the TUI): a UserError is a message and exit 2, anything else a bug (70)."""
+    try:
+        return run(args)
     except UserError as exc:
-        print(f"kprobe-tui: {exc}", file=sys.stderr)
+        print(f"kprobe-tui: {printable(str(exc), keep=chr(10))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
@@ -96,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("KPROBE_TUI_DEBUG"):
             raise
         print(
-            f"kprobe-tui: internal error: {type(exc).__name__}: {exc}\n"
+            f"kprobe-tui: internal error: {type(exc).__name__}: {printable(str(exc))}\n"
             "  hint: this is a bug in kprobe-tui; rerun with KPROBE_TUI_DEBUG=1 for the traceback and report it",
             file=sys.stderr,
         )

@@ -14,18 +14,16 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
-
 from kprobe_tui.errors import UserError
+from kprobe_tui.files import NoSuchFile, read_regular
 
 DEFAULT_THEME = "dark"
 NO_COLOR_THEME = "monochrome"
+MAX_CONFIG = 1 << 20  # a few settings: anything bigger is not our file
 _PACKAGE = Path(__file__).resolve().parent
 
 
@@ -75,9 +73,11 @@ def load(path: Path | None = None) -> tuple[dict, str | None]:
     ignored with a warning for the user (never a crash)."""
     path = path or config_path()
     try:
-        return tomllib.loads(path.read_text()), None
-    except FileNotFoundError:
+        return tomllib.loads(read_regular(path, "config file", MAX_CONFIG).decode()), None
+    except NoSuchFile:
         return {}, None
+    except UserError as exc:
+        return {}, f"ignored the {exc.message}"
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         return {}, f"ignored the config file {path}: {exc}"
 

@@ -8,6 +8,7 @@ import sys
 from kprobe_tui.kernel import sources
 from kprobe_tui.kernel.catalog import Catalog
 from kprobe_tui.matching import Matcher
+from kprobe_tui.textsafe import printable
 
 
 def add_parser(subparsers) -> None:
@@ -30,8 +31,8 @@ def run(args) -> int:
             continue
         if args.json:
             out.write(json.dumps(catalog.function(name).to_json()) + "\n")
-        elif args.all:
-            out.write(f"{name}\t{status.value}\t{reason}\n")
+        elif args.all:  # names come from a kallsyms file or an ELF symbol table: one line each, whatever they hold
+            out.write(f"{printable(name)}\t{status.value}\t{printable(reason)}\n")
         else:
-            out.write(name + "\n")
+            out.write(printable(name) + "\n")
     return 0

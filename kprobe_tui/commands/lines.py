@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from kprobe_tui.textsafe import printable
+
 
 def add_debuginfo_options(parser: argparse.ArgumentParser) -> None:
     """-x/-k/-m/-s, shared by lines and vars (perf probe's spelling)."""
@@ -51,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     spec = LineSpec.parse(args.spec)
     info = open_target(args)
     text, note = render(info, find_line_range(info, spec))
-    sys.stdout.buffer.write(text.encode("utf-8", errors="surrogateescape"))
+    sys.stdout.write(printable(text, keep="\n\t"))  # source text is the file's, not ours
     sys.stdout.flush()
     if note:
         print(f"kprobe-tui: note: {note}", file=sys.stderr)

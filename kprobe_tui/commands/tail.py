@@ -14,6 +14,7 @@ from kprobe_tui.stream.parser import Event
 from kprobe_tui.stream.reader import StreamUpdate
 from kprobe_tui.stream.session import TailSession
 from kprobe_tui.stream.store import DEFAULT_CAPACITY
+from kprobe_tui.textsafe import printable
 
 # The ring is allocated up front, 8 bytes a slot (10M slots: 76 MB before the first event), and a
 # kept event takes ~300 bytes more (measured on a 3-argument uprobe line): 10M events full are ~3 GB.
@@ -35,13 +36,14 @@ def add_parser(subparsers) -> None:
 
 
 def format_event(event: Event) -> str:
-    """The kernel's own line layout, with the tgid when it differs from the pid (a thread)."""
+    """The kernel's own line layout, with the tgid when it differs from the pid (a thread). Each event is
+    one line (its stack one more per frame): a newline or escape in a captured string is shown escaped."""
     if not event.event:
-        return f"(unparsed) {event.body}"
+        return f"(unparsed) {printable(event.body)}"
     task = f"{event.comm}-{event.pid}" + (f"/{event.tgid}" if event.tgid not in (None, event.pid) else "")
-    line = f"{event.ts:.6f} [{event.cpu:03d}] {task} {event.event}: {event.body}"
+    line = printable(f"{event.ts:.6f} [{event.cpu:03d}] {task} {event.event}: {event.body}")
     if event.stack:
-        line += "".join(f"\n  => {frame}" for frame in event.stack)
+        line += "".join(f"\n  => {printable(frame)}" for frame in event.stack)
     return line
 
 

@@ -212,6 +212,7 @@ class LineRow(NamedTuple):
     line: int
     is_stmt: bool
     end_sequence: bool
+    prologue_end: bool = False  # DW_LNS_set_prologue_end (clang sets it; perf's prologue skip reads it)
 
 
 def uleb128(data: bytes, pos: int) -> tuple[int, int]:
@@ -252,7 +253,7 @@ def decode_line_rows(program, address_size: int) -> list[LineRow]:
     first_file = 1
     rows: list[LineRow] = []
     append = rows.append
-    address, file, line, is_stmt = 0, first_file, 1, default_is_stmt
+    address, file, line, is_stmt, prologue_end = 0, first_file, 1, default_is_stmt, False
     pos, end = 0, len(data)
     while pos < end:
         op = data[pos]
@@ -261,18 +262,20 @@ def decode_line_rows(program, address_size: int) -> list[LineRow]:
             adjusted = op - opcode_base
             address += (adjusted // line_range) * min_length
             line += line_base + adjusted % line_range
-            append(LineRow(address, file, line, is_stmt, False))
+            append(LineRow(address, file, line, is_stmt, False, prologue_end))
+            prologue_end = False
         elif op == 0:
             length, pos = uleb128(data, pos)
             sub = data[pos]
             if sub == 1:
-                append(LineRow(address, file, line, is_stmt, True))
-                address, file, line, is_stmt = 0, first_file, 1, default_is_stmt
+                append(LineRow(address, file, line, is_stmt, True, prologue_end))
+                address, file, line, is_stmt, prologue_end = 0, first_file, 1, default_is_stmt, False
             elif sub == 2:
                 address = int.from_bytes(data[pos + 1 : pos + 1 + address_size], "little")
             pos += length
         elif op == 1:
-            append(LineRow(address, file, line, is_stmt, False))
+            append(LineRow(address, file, line, is_stmt, False, prologue_end))
+            prologue_end = False
         elif op == 2:
             advance, pos = uleb128(data, pos)
             address += advance * min_length
@@ -288,6 +291,8 @@ def decode_line_rows(program, address_size: int) -> list[LineRow]:
         elif op == 9:
             address += int.from_bytes(data[pos : pos + 2], "little")
             pos += 2
+        elif op == 10:
+            prologue_end = True
         else:  # set_column, set_isa and unknown opcodes: skip their ULEB operands
             for _ in range(arg_counts[op - 1]):
                 _, pos = uleb128(data, pos)

@@ -47,6 +47,20 @@ def cache_key(build_id: str | None, path: Path) -> str:
     return hashlib.sha1(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()
 
 
+def file_identity(path: Path) -> str:
+    """Which file an index was built from: device, inode, size and mtime.
+
+    A build-id is only what the linker was told (``-Wl,--build-id=0x...`` forges any), so an index
+    found under one is used only for the file it was built from; another file (a different program
+    carrying the same build-id, or a copy of the same one) rebuilds it. A stat costs ~3 us; hashing
+    the DWARF instead, which would let copies share, costs 16 ms on libpython and 0.36 s on a debug
+    vmlinux (page cache warm), on every run, beside a warm `vars` of ~100 ms
+    (benchmarks/bench_index_identity.py).
+    """
+    stat = path.stat()
+    return f"{stat.st_dev}:{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}"
+
+
 class NameIndex:
     """Lookups and additions on one build-id's index; without a writable cache, kept in memory.
 
@@ -60,8 +74,10 @@ class NameIndex:
         self._units: dict[int, tuple[dict[str, list[int]], list[tuple[int, int, int]]]] = {}
 
     @classmethod
-    def load_or_build(cls, key: str, from_symbols: Callable[[], Iterable[tuple[str, int]]]) -> NameIndex:
-        """Open the saved index, or build it from (name, CU offset) pairs and save it."""
+    def load_or_build(cls, key: str, from_symbols: Callable[[], Iterable[tuple[str, int]]],
+                      identity: str = "") -> NameIndex:
+        """Open the saved index, or build it from (name, CU offset) pairs and save it; a saved index of
+        another file (``identity``, see file_identity) is rebuilt, never trusted."""
         path = cache_dir() / f"{key}.index.sqlite"
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -74,14 +90,14 @@ class NameIndex:
             db = sqlite3.connect(":memory:", check_same_thread=False)
             db.executescript(SCHEMA)
         index = cls(path, db)
-        if index._meta("format") != FORMAT:
+        if index._meta("format") != FORMAT or index._meta("identity") != identity:
             pairs = list(from_symbols())
             try:
-                _fill(db, pairs)
+                _fill(db, pairs, identity)
             except sqlite3.Error:
                 index.db = sqlite3.connect(":memory:", check_same_thread=False)
                 index.db.executescript(SCHEMA)
-                _fill(index.db, pairs)
+                _fill(index.db, pairs, identity)
         return index
 
     def _meta(self, key: str) -> int | None:
@@ -172,7 +188,7 @@ class NameIndex:
         return unit[1] if unit else []
 
 
-def _fill(db: sqlite3.Connection, pairs: list[tuple[str, int]]) -> None:
+def _fill(db: sqlite3.Connection, pairs: list[tuple[str, int]], identity: str) -> None:
     with db:
         db.execute("DELETE FROM names")
         db.execute("DELETE FROM units")
@@ -181,6 +197,7 @@ def _fill(db: sqlite3.Connection, pairs: list[tuple[str, int]]) -> None:
         db.executemany("INSERT OR IGNORE INTO names VALUES (?, ?)", pairs)
         db.execute("INSERT OR REPLACE INTO meta VALUES ('complete', 0)")
         db.execute("INSERT OR REPLACE INTO meta VALUES ('format', ?)", (FORMAT,))
+        db.execute("INSERT OR REPLACE INTO meta VALUES ('identity', ?)", (identity,))
 
 
 def _in_memory_copy(db: sqlite3.Connection) -> sqlite3.Connection:

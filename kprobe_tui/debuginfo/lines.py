@@ -13,10 +13,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from kprobe_tui.debuginfo import dwarfinfo as dw
+from kprobe_tui.debuginfo.corrupt import reports_corruption
 from kprobe_tui.debuginfo.locate import source_path
 from kprobe_tui.errors import UserError
+from kprobe_tui.files import MiB, read_regular
 
 INT_MAX = 2**31 - 1
+MAX_SOURCE = 64 * MiB  # the biggest C files (generated tables) are a few MB
+
+
+def _debug_file(info, *_args, **_kwargs):
+    return info.located.debug_file
 TRAILING_LINES = 2  # perf's NR_ADDITIONAL_LINES
 RANGE_RE = re.compile(r"^(?P<what>[^:]+)(?::(?P<start>\d+)(?:(?P<sep>[-+])(?P<end>\d+))?)?$")
 
@@ -195,6 +202,7 @@ def _collect(info, unit, scopes, fname: str, start: int, end: int, reversible: b
     result.lines = sorted(lines)
 
 
+@reports_corruption(_debug_file)
 def find_line_range(info, spec: LineSpec) -> LineRange:
     """The probeable lines of a spec, as perf's debuginfo__find_line_range decides them.
 
@@ -263,6 +271,16 @@ class SourceText:
     note: str | None
 
 
+def source_lines(data: bytes) -> list[str]:
+    """A file's lines with their endings, split at newlines only, as perf and the line table count them
+    (str.splitlines also breaks at form feeds, \\x1c-\\x1e, U+0085 and U+2028, which shifts every line after)."""
+    text = data.decode("utf-8", errors="surrogateescape")
+    lines = [line + "\n" for line in text.split("\n")]
+    lines[-1] = lines[-1][:-1]
+    return lines if lines[-1] else lines[:-1]
+
+
+@reports_corruption(_debug_file)
 def source_text(info, found: LineRange) -> SourceText:
     """Read the source of a line range as perf resolves it (comp_dir, -s prefix), else from debuginfod."""
     source = source_path(found.path, found.comp_dir, info.source_dir)
@@ -276,10 +294,9 @@ def source_text(info, found: LineRange) -> SourceText:
     lines = None
     if source is not None:
         try:
-            with open(source, "rb") as stream:
-                lines = stream.read().decode("utf-8", errors="surrogateescape").splitlines(keepends=True)
-        except OSError as exc:
-            notes.append(f"cannot read {source}: {exc.strerror}")
+            lines = source_lines(read_regular(source, "source file", MAX_SOURCE))
+        except UserError as exc:  # the debug info names it: it may be anything, a FIFO included
+            notes.append(exc.message)
     if lines is None:
         why = f"; {remote}" if remote else ""
         notes.append(f"source text not found for {found.path} (pass -s DIR with the source tree{why})")
@@ -303,6 +320,7 @@ def _fetch_source(info, found: LineRange) -> tuple[str | None, str | None]:
         return None, f"debuginfod: {exc.message}"
 
 
+@reports_corruption(_debug_file)
 def render(info, found: LineRange) -> tuple[str, str | None]:
     """perf's __show_line_range output, and a note for the user (missing source, fallback) or None."""
     source = source_text(info, found)

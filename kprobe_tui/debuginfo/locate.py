@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kprobe_tui.errors import UserError
+from kprobe_tui.files import open_regular
+from kprobe_tui.machine import require_x86_64_elf
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -84,7 +86,7 @@ class ElfSections:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        with open(path, "rb") as stream:
+        with open_regular(path, "ELF file") as stream:
             header = stream.read(64)
             if len(header) < 52 or header[:4] != b"\x7fELF" or header[4] not in (1, 2) or header[5] not in (1, 2):
                 raise NotElf("bad ELF magic")
@@ -221,7 +223,7 @@ def read_elf(path: Path, hint: str) -> ElfSections:
 def has_dwarf(path: Path) -> bool:
     try:
         return ElfSections(path).has_dwarf
-    except (OSError, NotElf):
+    except (OSError, NotElf, UserError):
         return False
 
 
@@ -239,9 +241,10 @@ def find_binary_debuginfo(binary: str, debuginfod: Debuginfod = None) -> Located
     if not path.exists() and "/" not in binary:
         found = shutil.which(binary)
         path = Path(found) if found else path
-    if not path.is_file():
+    if not path.exists():
         raise UserError(f"{binary}: no such file", "give the path of the program or library to probe (-x PATH)")
     path = path.resolve()
+    require_x86_64_elf(path)
     elf = read_elf(path, "-x takes a compiled program or shared library")
     build_id = elf.build_id()
     link = elf.debuglink()
@@ -370,8 +373,9 @@ def find_vmlinux(vmlinux: str | None = None, release: str | None = None,
     running = running_kernel_build_id()
     if vmlinux is not None:
         path = Path(vmlinux)
-        if not path.is_file():
+        if not path.exists():
             raise UserError(f"{vmlinux}: no such file", "-k takes the path of a vmlinux with debug info")
+        open_regular(path, "-k file").close()  # a FIFO or a device: said now, not a hang
         elf = read_elf(path, "-k takes the path of a vmlinux with debug info")
         if not elf.has_dwarf:
             raise UserError(f"{vmlinux}: has no DWARF debug info", KERNEL_PACKAGE_HINT.format(r=release))

@@ -20,7 +20,8 @@ from functools import cached_property
 from typing import Any
 
 from kprobe_tui.debuginfo import dwarfinfo as dw
-from kprobe_tui.debuginfo.index import NameIndex, cache_key
+from kprobe_tui.debuginfo.corrupt import register, reports_corruption
+from kprobe_tui.debuginfo.index import NameIndex, cache_key, file_identity
 from kprobe_tui.debuginfo.locate import (
     LocatedDebugInfo,
     find_binary_debuginfo,
@@ -119,8 +120,15 @@ class ProbeSpec:
         return text + ("%return" if self.is_return else "")
 
 
+def _debug_file(info, *_args, **_kwargs):
+    return info.located.debug_file
+
+
 class DebugInfo:
-    """One binary's (or the kernel's) DWARF, with the questions the probe builder asks of it."""
+    """One binary's (or the kernel's) DWARF, with the questions the probe builder asks of it.
+
+    Its question methods (and lines.py's) are the engine's entry points: bytes that do not parse come
+    out of them as CorruptDebugInfo naming the file (debuginfo/corrupt.py)."""
 
     def __init__(self, located: LocatedDebugInfo, source_dir: str | None = None, debuginfod=None) -> None:
         self.located = located
@@ -130,7 +138,9 @@ class DebugInfo:
     @cached_property
     def _opened(self):
         """(stream, ELFFile, DWARFInfo, mmap), on first use: a saved answer needs none of them."""
-        return dw.open_dwarf(self.located.debug_file, self.located.supplementary)
+        opened = dw.open_dwarf(self.located.debug_file, self.located.supplementary)
+        register(opened[2], self.located.debug_file)
+        return opened
 
     @property
     def elf(self):
@@ -153,15 +163,18 @@ class DebugInfo:
         return self.located.is_kernel
 
     @cached_property
+    @reports_corruption(_debug_file)
     def symbols(self) -> dw.SymbolTable:
         return dw.SymbolTable(self.elf, self._mm, getattr(self.dwarf, "sections", None))
 
     @cached_property
+    @reports_corruption(_debug_file)
     def aranges(self) -> dw.ArangeMap:
         section = self.dwarf.debug_aranges_sec  # relocated or inflated where the file needs it
         return dw.ArangeMap.read(section.stream.getvalue()) if section is not None else dw.ArangeMap()
 
     @cached_property
+    @reports_corruption(_debug_file)
     def index(self) -> NameIndex:
         key = cache_key(self.located.build_id, self.located.debug_file)
 
@@ -171,7 +184,7 @@ class DebugInfo:
                 if cu is not None:
                     yield name, cu
 
-        return NameIndex.load_or_build(key, from_symbols)
+        return NameIndex.load_or_build(key, from_symbols, file_identity(self.located.debug_file))
 
     def _all_defined_functions(self):
         for cu in self.dwarf.iter_CUs():
@@ -184,6 +197,7 @@ class DebugInfo:
 
     # ---- functions ----
 
+    @reports_corruption(_debug_file)
     def definitions(self, name: str, file: str | None = None) -> list:
         """Subprogram DIEs defining ``name`` (perf's die_match_name + die_is_func_def), in unit order."""
         found = self._definitions_in(self.index.cus(name), name, file)
@@ -218,6 +232,7 @@ class DebugInfo:
             ranges.extend((low, high, die.offset) for low, high in dw.ranges_of(die, self.units))
         self.index.add_functions(unit.cu.cu_offset, names, ranges)
 
+    @reports_corruption(_debug_file)
     def function(self, name: str, file: str | None = None) -> list[FunctionSite]:
         """Every concrete copy of the first definition perf would pick: out-of-line and inlined."""
         definitions = self.definitions(name, file)
@@ -290,6 +305,7 @@ class DebugInfo:
 
     # ---- probe points and variables ----
 
+    @reports_corruption(_debug_file)
     def probe_points(self, spec: str | ProbeSpec, externs: bool = False) -> list[ProbePoint]:
         """The addresses perf probe would use for a spec, each with the variables perf -V lists."""
         spec = spec if isinstance(spec, ProbeSpec) else ProbeSpec.parse(spec)

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from kprobe_tui.errors import UserError
+from kprobe_tui.files import MiB, NoSuchFile, open_regular
 
 MAGIC = 0xEB9F
 VERSION = 1
@@ -57,6 +58,7 @@ _TRANSPARENT = frozenset((TYPEDEF, CONST, VOLATILE, RESTRICT, TYPE_TAG))
 _SIZED = frozenset((INT, STRUCT, UNION, ENUM, ENUM64, FLOAT, DATASEC))
 _INT_SIGNED = 1
 _MAX_DEPTH = 128  # deeper type chains only come from a corrupt (cyclic) blob
+MAX_BTF = 64 * MiB  # a distribution vmlinux's BTF is ~5 MB; a file named on the command line may be anything
 
 
 class BtfError(UserError):
@@ -119,15 +121,21 @@ class Btf:
         """Open a raw BTF blob (or an ELF file's .BTF section); ``base`` for a module's split BTF."""
         path = Path(path)
         try:
-            data = path.read_bytes()
-        except FileNotFoundError:
+            with open_regular(path, "BTF file") as stream:
+                if stream.peek(4)[:4] == b"\x7fELF":  # a vmlinux or .ko: only its .BTF section is read
+                    data = _elf_btf_section(path, stream)
+                else:
+                    data = stream.read(MAX_BTF + 1)
+        except NoSuchFile:
             raise BtfError(f"{path}: no such BTF file", "the kernel needs CONFIG_DEBUG_INFO_BTF=y") from None
-        except PermissionError:
-            raise BtfError(f"{path}: permission denied", "run as root, or copy the file somewhere readable") from None
+        except BtfError:
+            raise
+        except UserError as exc:
+            raise BtfError(exc.message, exc.hint) from None
         except OSError as exc:
             raise BtfError(f"{path}: cannot read: {exc.strerror}") from None
-        if data[:4] == b"\x7fELF":
-            data = _elf_btf_section(path)
+        if len(data) > MAX_BTF:
+            raise BtfError(f"{path}: larger than {MAX_BTF // MiB} MiB, more than any kernel's BTF", "give the BTF file itself")
         return cls(data, str(path), base)
 
     @classmethod
@@ -536,18 +544,19 @@ def _spell(declarator: tuple[str, str], name: str) -> str:
     return prefix + name + suffix if name else prefix.rstrip() + suffix
 
 
-def _elf_btf_section(path: Path) -> bytes:
+def _elf_btf_section(path: Path, stream) -> bytes:
     """The .BTF section of an ELF file (a vmlinux image or a .ko)."""
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
 
     try:
-        with path.open("rb") as stream:
-            section = ELFFile(stream).get_section_by_name(".BTF")
-            if section is None:
-                raise BtfError(f"{path}: this ELF file has no .BTF section", "add one with pahole -J, or give raw BTF")
-            return section.data()
-    except ELFError as exc:
+        section = ELFFile(stream).get_section_by_name(".BTF")
+        if section is None:
+            raise BtfError(f"{path}: this ELF file has no .BTF section", "add one with pahole -J, or give raw BTF")
+        if section["sh_size"] > MAX_BTF:
+            raise BtfError(f"{path}: its .BTF section is larger than {MAX_BTF // MiB} MiB", "give the BTF file itself")
+        return section.data()
+    except (ELFError, ValueError, struct.error) as exc:
         raise BtfError(f"{path}: not a readable ELF file: {exc}") from None
 
 

@@ -13,6 +13,8 @@ import pwd
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kprobe_tui.errors import UserError
+from kprobe_tui.files import open_regular
 from kprobe_tui.kernel.sources import KernelSources
 
 
@@ -139,9 +141,11 @@ def _readable(path: Path | None) -> tuple[bool, str]:
     if path is None:
         return False, "its filesystem is not mounted"
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path, "file") as handle:
             handle.read(1)
         return True, ""
+    except UserError as exc:
+        return False, exc.message.removeprefix(f"file {path}: ")
     except OSError as exc:
         return False, exc.strerror or str(exc)
 
@@ -234,14 +238,14 @@ def detect(sources: KernelSources) -> Capabilities:
 
 def _addresses_visible(kallsyms: Path) -> bool:
     try:
-        with open(kallsyms) as handle:
+        with open_regular(kallsyms, "kallsyms file") as handle:
             for _ in range(50):
-                line = handle.readline()
+                line = handle.readline(4096)  # bytes: a file that is not text is not a reason to fail here
                 if not line:
                     break
-                if line.split(" ", 1)[0].strip("0"):
+                if line.split(b" ", 1)[0].strip(b"0"):
                     return True
-    except OSError:
+    except (UserError, OSError):
         pass
     return False
 

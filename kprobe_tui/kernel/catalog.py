@@ -9,7 +9,6 @@ prototype are worked out when someone looks at it, and cached.
 from __future__ import annotations
 
 import bisect
-import errno
 import os
 import re
 from dataclasses import dataclass
@@ -17,6 +16,8 @@ from enum import Enum
 from functools import lru_cache
 from pathlib import Path
 
+from kprobe_tui.errors import UserError
+from kprobe_tui.files import MiB, NoSuchFile, read_regular
 from kprobe_tui.kernel.sources import KernelSources
 
 
@@ -48,6 +49,10 @@ _KALLSYMS_LINE = re.compile(r"^([0-9a-fA-F]+) ([A-Za-z]) (\S+)(?:[ \t]+\[([^\]\s
 
 # Padding (CONFIG_CALL_PADDING) and CFI stubs sit before functions in kallsyms; they are not functions.
 _NOT_FUNCTIONS = ("__pfx_", "__cfi_")
+# Bounds on what a kernel list can be (a file named on the command line may be anything): a distribution
+# kernel's /proc/kallsyms with modules is ~15 MB, its ftrace list and blacklist a few MB.
+MAX_KALLSYMS = 256 * MiB
+MAX_LIST_FILE = 64 * MiB
 
 _CLONE_SUFFIX = re.compile(r"\.(isra|constprop|part|cold|lto_priv|llvm)(\.\d+)?")
 _CLONE_MEANING = {
@@ -115,10 +120,11 @@ def _read_lines(path: Path | None, what: str, notes: list[str]) -> list[str] | N
         notes.append(f"{what}: not available (its filesystem is not mounted)")
         return None
     try:
-        return path.read_text(errors="replace").splitlines()
-    except OSError as exc:
-        if exc.errno != errno.ENOENT:
-            notes.append(f"{what}: cannot read {path} ({exc.strerror or exc})")
+        return read_regular(path, what, MAX_LIST_FILE).decode(errors="replace").splitlines()
+    except NoSuchFile:
+        return None
+    except UserError as exc:
+        notes.append(exc.message)
         return None
 
 
@@ -161,9 +167,9 @@ class Catalog:
     def _load_kallsyms(self) -> None:
         # One regex pass in C over the whole file; addresses stay hex text until someone looks.
         try:
-            text = self.sources.kallsyms.read_text(errors="replace")
-        except OSError as exc:
-            self.notes.append(f"kallsyms: cannot read {self.sources.kallsyms} ({exc.strerror or exc})")
+            text = read_regular(self.sources.kallsyms, "kallsyms", MAX_KALLSYMS).decode(errors="replace")
+        except UserError as exc:
+            self.notes.append(exc.message)
             return
         rows = _KALLSYMS_LINE.findall(text)
         self.garbage_lines = text.count("\n") + (not text.endswith("\n") and bool(text)) - len(rows)
@@ -351,8 +357,6 @@ class Catalog:
         return self._module_btf[module]
 
     def _load_btf(self, btf_class, path: Path, base):
-        from kprobe_tui.errors import UserError
-
         if not path.exists():
             return None
         try:

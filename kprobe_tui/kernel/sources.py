@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kprobe_tui.errors import UserError
+from kprobe_tui.files import open_regular
 from kprobe_tui.kernel.tracefs import Tracefs
 
 DEFAULT_TRACEFS = Path("/sys/kernel/tracing")
@@ -114,6 +115,9 @@ def from_args(args) -> KernelSources:
     }
     if not any(overrides.values()):
         return locate()
+    for name in ("kallsyms", "btf"):  # a FIFO or a device here would hang or never end a reader: say so now
+        if overrides[name]:
+            open_regular(overrides[name], f"--{name} file").close()
     live = locate(mount=False) if not overrides["tracefs"] else None
     btf = Path(overrides["btf"]) if overrides["btf"] else DEFAULT_BTF_DIR / "vmlinux"
     return KernelSources(

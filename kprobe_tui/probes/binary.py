@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from kprobe_tui.debuginfo.corrupt import read_errors, reports_corruption
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.catalog import Function, Status, Symbol, clone_reason
+from kprobe_tui.machine import require_x86_64_elf
 
 # What each Status means for a function of a user binary.
 WITH_DEBUG_INFO = Status.FTRACE  # DWARF describes it: arguments and locals by name
@@ -49,6 +51,7 @@ class BinaryCatalog:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path).resolve()
+        require_x86_64_elf(self.path)
         self.notes: list[str] = []
         self._symbols = _read_function_symbols(self.path)
         self.names: list[str] = sorted(self._symbols)
@@ -140,15 +143,22 @@ class BinaryCatalog:
         return info.aranges.cu_at(address) is not None or not _has_section(info, ".debug_aranges")
 
     def prototype(self, name: str) -> str | None:
-        """``int work(struct rec* rec, int n)`` from DWARF, or None without it."""
+        """``int work(struct rec* rec, int n)`` from DWARF, or None without it (or when it is corrupt)."""
         if self.status(name) is not WITH_DEBUG_INFO:
             return None
+        try:
+            return self._prototype(name)
+        except UserError:
+            return None
+
+    @reports_corruption(lambda self, name: self.path)
+    def _prototype(self, name: str) -> str | None:
         from kprobe_tui.debuginfo import dwarfinfo as dw
 
-        try:
-            die = self._debuginfo.function(name)[0].die
-        except (UserError, IndexError):
+        sites = self._debuginfo.function(name)
+        if not sites:
             return None
+        die = sites[0].die
         if die.tag == "DW_TAG_inlined_subroutine" or "DW_AT_abstract_origin" in die.attributes:
             die = dw.ref(die, "DW_AT_abstract_origin") or die
         params = []
@@ -190,7 +200,6 @@ def _read_function_symbols(path: Path) -> dict[str, list[_FunctionSymbol]]:
 
     Section headers come from pyelftools; the tables are unpacked with struct (10x faster on big libraries).
     """
-    from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
 
     found: dict[str, list[_FunctionSymbol]] = defaultdict(list)
@@ -223,8 +232,9 @@ def _read_function_symbols(path: Path) -> dict[str, list[_FunctionSymbol]]:
         raise UserError(f"{str(path)!r}: no such file", "give the path of an executable or shared library (-x PATH)") from None
     except IsADirectoryError:
         raise UserError(f"{str(path)!r}: is a directory", "give the path of an executable or shared library (-x PATH)") from None
-    except (ELFError, OSError) as exc:
-        raise UserError(f"{str(path)!r}: not a readable ELF file ({exc})", "-x takes a compiled program or shared library") from None
+    except read_errors() as exc:  # a symbol table whose offsets and lengths lead nowhere
+        raise UserError(f"{str(path)!r}: not a readable ELF file ({type(exc).__name__}: {exc})",
+                        "-x takes a compiled program or shared library") from None
     return dict(found)
 
 

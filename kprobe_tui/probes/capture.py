@@ -11,10 +11,11 @@ lives, and why it cannot be captured when it cannot.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from kprobe_tui.debuginfo.corrupt import file_of_die, reports_corruption
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.btf import Btf
 from kprobe_tui.probes import locations as loc
@@ -58,6 +59,7 @@ def retval_node(type_name: str = "return value") -> VariableNode:
 # -- DWARF ------------------------------------------------------------------------------------
 
 
+@reports_corruption(lambda spec, vmlinux=None: spec.binary or vmlinux or "the running kernel's vmlinux")
 def dwarf_variables(spec: ProbeSpec, vmlinux: str | None = None) -> list[VariableNode]:
     """Parameters and locals at the first address the spec compiles to, innermost name wins."""
     info, points = dwarf_points(spec, vmlinux)
@@ -66,7 +68,7 @@ def dwarf_variables(spec: ProbeSpec, vmlinux: str | None = None) -> list[Variabl
     for variable in point.variables:
         if not variable.is_external:
             chosen[variable.name] = variable
-    nodes = [_dwarf_root(variable, spec) for variable in chosen.values()]
+    nodes = only_nameable([_dwarf_root(variable, spec) for variable in chosen.values()])
     if spec.is_return:
         nodes.append(retval_node(_return_type_name(info, spec)))
     return nodes
@@ -142,6 +144,7 @@ def _dwarf_node(expression: str, name: str, type_die, where: str, bits: tuple[in
     return VariableNode(expression, name, type_name, where, reads_as=reads_as, handle=handle)
 
 
+@reports_corruption(lambda node: file_of_die(node.handle[1]))
 def _dwarf_children(node: VariableNode) -> list[VariableNode]:
     real = loc.strip(node.handle[1])
     if real.tag == "DW_TAG_pointer_type":
@@ -180,6 +183,7 @@ def btf_variables(function: str, btf_path: str | Path | None = None, *, is_retur
         if index >= len(ARG_REGISTERS) and not is_return:
             node = _unavailable(node, "passed on the stack: read it with $stackN in Args")
         nodes.append(node)
+    nodes = only_nameable(nodes)
     if is_return:
         nodes.append(retval_node(btf.type_name(btf.return_type(function))))
     return nodes
@@ -257,7 +261,16 @@ def children(node: VariableNode) -> list[VariableNode]:
     """The members of a struct, or of the struct a pointer points to; [] for anything else."""
     if not node.expandable:
         return []
-    return _dwarf_children(node) if node.handle[0] == "dwarf" else _btf_children(node)
+    return only_nameable(_dwarf_children(node) if node.handle[0] == "dwarf" else _btf_children(node))
+
+
+def only_nameable(nodes: list[VariableNode]) -> list[VariableNode]:
+    """Nodes whose name a probe cannot spell (debug info may hold any bytes: an escape sequence, a space)
+    shown but not tickable: ticking puts the expression into the Args box and then into tracefs."""
+    return [node if node.name.isidentifier() and node.name.isprintable() else
+            replace(_unavailable(node, "its name is not a C identifier: no probe can name it"), expandable=False)
+            for node in nodes]
+
 
 
 

@@ -16,8 +16,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from kprobe_tui.debuginfo.corrupt import read_errors, reports_corruption
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.capabilities import readme_offers
+from kprobe_tui.machine import require_x86_64_elf
 from kprobe_tui.probes.render import always_quoted, default_arg_name, default_event_name, unique_name
 from kprobe_tui.probes.spec import (
     LOCALS_GONE,
@@ -46,10 +48,10 @@ class ElfSymbols:
     """Function symbols of one ELF file and the virtual-address -> file-offset map of its segments."""
 
     def __init__(self, path: str | Path) -> None:
-        from elftools.common.exceptions import ELFError
         from elftools.elf.elffile import ELFFile
 
         self.path = Path(path)
+        require_x86_64_elf(self.path)
         try:
             with open(self.path, "rb") as stream:
                 elf = ELFFile(stream)
@@ -73,8 +75,9 @@ class ElfSymbols:
                             same.append(ElfSymbol(sym.name, sym["st_value"], sym["st_size"], offset))
         except FileNotFoundError:
             raise UserError(f"{str(path)!r}: no such file", "give the path of an executable or shared library") from None
-        except (ELFError, OSError) as exc:
-            raise UserError(f"{str(path)!r}: not a readable ELF file ({exc})", "give an executable or shared library") from None
+        except read_errors() as exc:  # a symbol or program header table whose offsets lead nowhere
+            raise UserError(f"{str(path)!r}: not a readable ELF file ({type(exc).__name__}: {exc})",
+                            "give an executable or shared library") from None
 
     def file_offset(self, address: int) -> int:
         """Where a virtual address sits in the file: uprobes are placed by file offset."""
@@ -294,6 +297,11 @@ def _btf_available(btf_path: str | Path | None) -> bool:
 # -- DWARF ------------------------------------------------------------------------------------
 
 
+def _dwarf_file(spec: ProbeSpec, *_args, vmlinux: str | None = None, **_kwargs) -> str:
+    return spec.binary or vmlinux or "the running kernel's vmlinux"
+
+
+@reports_corruption(_dwarf_file)
 def compile_dwarf(
     spec: ProbeSpec, group: str, taken: Iterable[str] = (), *, vmlinux: str | None = None, readme: str = ""
 ) -> list[CompiledProbe]:
@@ -317,6 +325,7 @@ def compile_dwarf(
     return probes
 
 
+@reports_corruption(_dwarf_file)
 def dwarf_points(spec: ProbeSpec, vmlinux: str | None = None) -> tuple[Any, list[tuple[Any, str, list[str]]]]:
     """The debug info, and (point, place, notes) for every address the spec compiles to, after +OFF or
     the prologue skip: the builder's variable tree lists exactly what Create will read."""
@@ -345,7 +354,8 @@ def _lazy_places(info, spec: ProbeSpec) -> list[str]:
     """perf's ;PTN: the probeable lines of the function whose text matches the glob, spaces ignored."""
     import fnmatch
 
-    from kprobe_tui.debuginfo.lines import INT_MAX, LineSpec, find_line_range
+    from kprobe_tui.debuginfo.lines import INT_MAX, MAX_SOURCE, LineSpec, find_line_range, source_lines
+    from kprobe_tui.files import read_regular
 
     if spec.function is None:
         raise UserError(f"{spec.place_text()!r}: a pattern needs the function to search", f"write FUNC@{spec.source};{spec.lazy}")
@@ -354,8 +364,7 @@ def _lazy_places(info, spec: ProbeSpec) -> list[str]:
     if source is None:
         raise UserError(f"{spec.place_text()!r}: the source text of {found.path or spec.function} is not found",
                         "a ;PATTERN is matched against the source: run where the source tree is")
-    with open(source, errors="replace") as stream:
-        text = stream.read().splitlines()
+    text = [line.rstrip("\n") for line in source_lines(read_regular(source, "source file", MAX_SOURCE))]
     pattern = "".join(spec.lazy.split())
     lines = [n for n in found.lines if n <= len(text) and fnmatch.fnmatchcase("".join(text[n - 1].split()), pattern)]
     if not lines:
@@ -419,35 +428,54 @@ def _moved_point(info, spec: ProbeSpec, point, notes: list[str]):
 
 
 def _skips_prologue(info, spec: ProbeSpec, point) -> bool:
-    """perf's skip_prologue(): uprobes, -O0 code, FUNC or FUNC@SRC entry, with variables to read."""
-    if not spec.is_uprobe or spec.kind != "entry" or point.is_inline:
+    """perf's skip_prologue(): uprobes on the entry of FUNC or FUNC@SRC (no line, offset or pattern), when
+    a C variable is read, in an out-of-line definition, in a unit compiled without optimisation."""
+    if not spec.is_uprobe or spec.kind != "entry" or spec.lazy is not None or point.is_inline:
         return False
     if not any(a.kind in ("var", "params", "vars") for a in spec.args):
-        return False
-    cu_offset = info.aranges.cu_at(point.address)
-    producer = info.cu(cu_offset).get_top_DIE().attributes.get("DW_AT_producer") if cu_offset is not None else None
-    flags = producer.value.decode(errors="replace") if producer else ""
-    return not any(flag.startswith("-O") and flag not in ("-O0",) for flag in flags.split())
+        return False  # perf_probe_with_var: registers, $retval, @symbols are as good at the first instruction
+    from kprobe_tui.debuginfo import dwarfinfo as dw
+
+    definitions = info.definitions(spec.function, spec.source)
+    return bool(definitions) and dw.is_func_instance(definitions[0]) and not _optimized(info, definitions[0].cu.cu_offset)
+
+
+@lru_cache(maxsize=64)
+def _optimized(info, cu_offset: int) -> bool:
+    """perf's die_is_optimized_target: some variable or parameter of the unit has a location list. (Not
+    the producer's -O flags: -O1 code without a location list is skipped over as perf does.)"""
+    from kprobe_tui.debuginfo import dwarfinfo as dw
+
+    for die in info.cu(cu_offset).iter_DIEs():
+        if die.tag in ("DW_TAG_formal_parameter", "DW_TAG_variable"):
+            location = dw.attr(die, "DW_AT_location")
+            if location is not None and location.form == "DW_FORM_sec_offset":
+                return True
+    return False
 
 
 def _after_prologue(info, entry: int) -> int:
-    """The first line-table address after the entry whose source line differs: the body's start."""
+    """perf's die_skip_prologue: in the unit's line table (sorted as elfutils sorts it), the address of the
+    row after the entry's first row, unless the entry's row ends the prologue itself (clang's marker) or
+    that address is past the function. Not "the next source line": a one-line function stores its
+    arguments before its second row, on the same line."""
+    from bisect import bisect_left
+
     from kprobe_tui.debuginfo import dwarfinfo as dw
 
     unit = info.units.of(info.cu(info.aranges.cu_at(entry)))
     function = info.real_function_at(unit.cu, entry)
-    high = max(end for _, end in dw.ranges_of(function, info.units))
-    entry_line = None
-    for row in unit.rows:
-        if row.address < entry or row.end_sequence:
-            continue
-        if row.address >= high:
-            break
-        if entry_line is None:
-            entry_line = row.line
-        elif row.line != entry_line and row.address > entry:
-            return row.address
-    return entry
+    if function is None or "DW_AT_high_pc" not in function.attributes:
+        return entry  # perf asks dwarf_highpc, which fails for a function in several ranges
+    high = dw.ranges_of(function, info.units)[0][1]
+    rows = unit.rows
+    first = bisect_left(rows, entry, key=lambda row: row.address)  # an end_sequence row there comes first, as in perf
+    if first == len(rows) or rows[first].address != entry:
+        return entry
+    if rows[first].prologue_end or first + 1 == len(rows):
+        return entry
+    after = rows[first + 1].address
+    return after if after < high else entry
 
 
 def _dwarf_fetches(info, spec: ProbeSpec, point, notes: list[str], return_args: bool) -> tuple[FetchArg, ...]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import os
+import sys
 from pathlib import Path
 
 from textual.app import App
@@ -11,10 +13,11 @@ from textual.theme import Theme
 
 from kprobe_tui import config
 from kprobe_tui.errors import UserError
-from kprobe_tui.kernel import access
+from kprobe_tui.kernel import access, lifetime
 from kprobe_tui.kernel.catalog import Catalog, source_function
 from kprobe_tui.kernel.sources import KernelSources
 from kprobe_tui.probes.binary import BinaryCatalog
+from kprobe_tui.textsafe import printable
 from kprobe_tui.tui import theming
 from kprobe_tui.tui.commands import ActionsProvider
 from kprobe_tui.tui.screens.builder import ProbeBuilderScreen
@@ -68,10 +71,11 @@ class KprobeTui(App):
         self.vmlinux = vmlinux
         self.source_dir = source_dir
         self.catalog: Catalog | BinaryCatalog | None = None
-        self.sub_title = f"uprobes in {binary.path}" if binary else f"{'kernel' if sources.live else 'snapshot of'} {sources.release}"
+        sub_title = f"uprobes in {binary.path}" if binary else f"{'kernel' if sources.live else 'snapshot of'} {sources.release}"
         self.access = access.decide(sources)  # full, or lab mode (read-only) and why
         if self.access.lab:
-            self.sub_title = f"LAB MODE: read-only — {self.access.reason}"
+            sub_title = f"LAB MODE: read-only — {self.access.reason}"
+        self.sub_title = printable(sub_title)  # a path, a snapshot's release: anyone's text
 
     def load_catalog(self) -> Catalog | BinaryCatalog:
         """Runs in a worker thread: the first paint does not wait for 100k symbols."""
@@ -96,6 +100,13 @@ class KprobeTui(App):
         self.theme_changed_signal.subscribe(self, self._remember_theme)
         for note in self.notes:
             self.notify(note, title="Config", severity="warning", timeout=15)
+
+    def notify(self, message: str, *, title: str = "", severity="information", timeout: float | None = None,
+               markup: bool = True) -> None:
+        """Every notification (widgets' and screens' too: they call this) shows its text as data: our
+        messages quote paths, names and kernel errors, so none is parsed as markup, none carries a control."""
+        super().notify(printable(message, keep="\n"), title=printable(title), severity=severity, timeout=timeout,
+                       markup=False)
 
     def get_line_filters(self):
         filters = list(super().get_line_filters())
@@ -173,6 +184,44 @@ def run_app(args) -> int:
     theme, notes = config.choose_theme(args.theme)
     if args.theme is not None:
         notes.append(config.remember("theme", args.theme))
-    KprobeTui(sources.from_args(args), binary, vmlinux=args.tui_vmlinux, source_dir=args.tui_source,
-              theme=theme, remember_in=config.config_path(), notes=tuple(filter(None, notes))).run()
+    app = KprobeTui(sources.from_args(args), binary, vmlinux=args.tui_vmlinux, source_dir=args.tui_source,
+                    theme=theme, remember_in=config.config_path(), notes=tuple(filter(None, notes)))
+    # SIGTERM and SIGHUP end the run through lifetime's undo (probes, the unpacked snapshot): the
+    # terminal is one more thing to give back before the process dies of the signal.
+    restore = lifetime.undo.push("the terminal's modes", lambda: restore_terminal(app))
+    try:
+        app.run()
+    finally:
+        lifetime.undo.discard(restore)
+    if app.return_code:  # Textual printed the traceback: a crash is never a success
+        print("kprobe-tui: internal error (the traceback is above)\n"
+              "  hint: this is a bug in kprobe-tui; please report it with the traceback", file=sys.stderr)
+        return 70
     return 0
+
+
+# What Textual's driver undoes on a normal exit, as one write: end a synchronized update, mouse and
+# focus reporting off, bracketed paste off, the kitty keyboard mode popped, line wrap on, the main
+# screen back, the cursor shown.
+TERMINAL_RESET = ("\x1b[?2026l\x1b[?1000l\x1b[?1003l\x1b[?1015l\x1b[?1006l\x1b[?1004l\x1b[?2004l\x1b[?2048l"
+                  "\x1b[<u\x1b[?7h\x1b[?1049l\x1b[?25h").encode()
+
+
+def restore_terminal(app: App) -> None:
+    """Leave the terminal usable from a signal handler, where Textual's own exit cannot run: one write
+    straight to the terminal (not through Textual's writer thread, whose queue may be full of a frame
+    nobody will flush) and the terminal's saved line settings back (echo, line editing)."""
+    import termios
+
+    driver = app._driver  # noqa: SLF001  (Textual keeps it private; only it knows the saved settings)
+    saved = getattr(driver, "attrs_before", None)
+    if driver is None or saved is None:  # not in application mode (yet, or any more)
+        return
+    try:
+        os.write(sys.__stderr__.fileno(), TERMINAL_RESET)  # where Textual's driver writes
+    except OSError:
+        pass  # SIGHUP: the terminal is gone
+    try:
+        termios.tcsetattr(sys.__stdin__.fileno(), termios.TCSANOW, saved)
+    except (OSError, termios.error):
+        pass

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 from debuginfo_helpers import C_DIR, FUNCTIONS, LINE_SPECS, VAR_SPECS, VARIANTS, perf_probe
 
@@ -91,3 +93,42 @@ def test_uprobe_file_offsets_equal_perf(perf, programs, variant):
         assert [p.file_offset for p in info.probe_points(spec)] == offsets, spec
         compared += 1
     assert compared >= 10
+
+
+SOURCES = [C_DIR / "probed.c", *sorted((C_DIR.parents[1] / "live" / "c").glob("*.c")),
+           *sorted((C_DIR.parents[1] / "tui" / "c").glob("*.c"))]
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2"])
+def test_function_entry_places_equal_perf(perf, tmp_path, opt):
+    """Where a FUNC probe reading variables goes (perf's prologue skip at -O0 included), function by
+    function, is where perf probe -D puts it."""
+    from kprobe_tui.probes.binary import WITH_DEBUG_INFO, BinaryCatalog
+    from kprobe_tui.probes.compile import compile_spec
+    from kprobe_tui.probes.spec import parse_spec
+
+    compared, differ = 0, []
+    for source in SOURCES:
+        binary = tmp_path / source.stem
+        others = [str(p) for p in source.parent.glob("*.c") if p != source and "catalog" in p.name and "catalog" in source.name]
+        if "catalog_other" in source.name:
+            continue  # linked into catalog_main
+        library = [] if "main(" in source.read_text() else ["-shared", "-fPIC"]
+        subprocess.run(["gcc", opt, "-g", *library, "-I", str(C_DIR), "-o", str(binary), str(source), *others],
+                       check=True, capture_output=True)
+        catalog = BinaryCatalog(binary)
+        for function in catalog.names:
+            if catalog.status(function) is not WITH_DEBUG_INFO or not function.isidentifier() or not function.isascii():
+                continue
+            expected = perf_probe("-x", str(binary), "-D", f"{function} $params")
+            if expected.returncode != 0:
+                continue
+            theirs = sorted(int(line.split()[1].rsplit(":", 1)[1], 16) for line in expected.stdout.splitlines()
+                            if line.startswith("p:"))
+            probes = compile_spec(parse_spec([function, "$params"], binary=str(binary)), "g")
+            ours = sorted(int(probe.place.rsplit(":", 1)[1], 16) for probe in probes)
+            compared += 1
+            if ours != theirs:
+                differ.append((source.name, function, [hex(a) for a in ours], [hex(a) for a in theirs]))
+    assert differ == []
+    assert compared >= 25, "perf placed too few functions: the comparison proved little"

@@ -408,3 +408,23 @@ def test_globals_and_retval_at_exit_match_the_program(top, tmp_path, opt):
         "total": printed_inside["total"] + 1,
         "retval": int(re.search(r"inspect returned (-?\d+)", output)[1]),
     })]
+
+
+@pytest.mark.parametrize("flags", [["-O0", "-g"], ["-O0", "-gdwarf-4"], ["-O1", "-g"]], ids=" ".join)
+def test_entry_arguments_are_read_after_the_prologue_stored_them(top, tmp_path, flags):
+    """At -O0 an argument lives in the stack frame only once the prologue has stored it: a one-line
+    function has no second line to skip to (its second line-table row is on the same line), and was
+    probed at its first instruction, reading the slot before the store (0, 0, 1 for 0, 1, 2)."""
+    binary = build("prologue.c", tmp_path / "prologue", *flags)
+    probes = [compiled(binary, "cafe=café", "n"), compiled(binary, "twice", "n"), compiled(binary, "work", "name:string", "n"),
+              compiled(binary, "spread", "a", "b", "c")]
+    output, recorded = capture(top, probes, [str(binary)])
+    calls = [row["n"] for row in printed(output, "call")]
+    assert calls == [0, 1, 2]
+    by_event: dict[str, list[dict]] = {}
+    for event, args in recorded:
+        by_event.setdefault(event, []).append(args)
+    assert [args["n"] for args in by_event["cafe"]] == calls
+    assert [args["n"] for args in by_event["twice"]] == calls
+    assert by_event["work"] == [{"name": row["name"], "n": row["n"]} for row in printed(output, "work")]
+    assert by_event["spread"] == [{"a": n, "b": 10 * n, "c": 100 * n} for n in calls]

@@ -267,7 +267,7 @@ async def test_ssh_output_path_warning_needs_a_second_confirm(monkeypatch):
 def test_cli_refuses_a_missing_binary_with_a_message(capsys):
     assert cli_main(["-x", "/nonexistent/prog"]) == 2
     err = capsys.readouterr().err
-    assert "'/nonexistent/prog': no such file" in err and "Traceback" not in err
+    assert "/nonexistent/prog: no such file" in err and "Traceback" not in err
 
 
 async def test_p_on_a_kernel_function_builds_a_kprobe_from_btf():

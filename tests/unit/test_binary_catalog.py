@@ -103,7 +103,7 @@ def test_stripped_program_lists_only_its_imports(tmp_path):
 @pytest.mark.parametrize("make, message", [
     (lambda d: d / "missing", "no such file"),
     (lambda d: d, "is a directory"),
-    (lambda d: (d / "text.txt").write_text("not elf") and d / "text.txt", "not a readable ELF file"),
+    (lambda d: (d / "text.txt").write_text("not elf") and d / "text.txt", "not an ELF file"),
 ])
 def test_bad_paths_are_user_errors_naming_the_path(tmp_path, make, message):
     path = make(tmp_path)

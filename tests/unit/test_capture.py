@@ -159,3 +159,19 @@ def test_kernel_dwarf_route_offers_locals_and_the_file_name_as_a_string():
     assert flags.expression == "how->flags"
     [probe] = compile_spec(parse_spec(["do_sys_openat2", flags.argument, nodes["filename"].argument]), "g", vmlinux=vmlinux)
     assert [arg.type for arg in probe.args] == [flags.reads_as, "string"]
+
+
+def test_a_variable_whose_name_no_probe_can_spell_is_shown_not_tickable(tmp_path):
+    """DWARF names are bytes: one with an escape sequence is listed (the tree escapes it) but cannot be
+    ticked, so it never reaches the Args box (an Input shows its value raw) nor tracefs."""
+    source = tmp_path / "odd.c"
+    source.write_text("__attribute__((noinline)) int odd(int plainname, int oddnameX) { return plainname + oddnameX; }\n"
+                      "int main(void) { return odd(1, 2); }\n")
+    binary = tmp_path / "odd"
+    subprocess.run(["gcc", "-O0", "-g", "-o", str(binary), str(source)], check=True)
+    data = binary.read_bytes()
+    assert data.count(b"oddnameX\0") == 1
+    binary.write_bytes(data.replace(b"oddnameX\0", b"odd\x1b[2JX\0"))
+    nodes = {node.name: node for node in roots(str(binary), "odd")}
+    assert nodes["plainname"].capturable
+    assert not nodes["odd\x1b[2JX"].capturable and "not a C identifier" in nodes["odd\x1b[2JX"].why_not

@@ -186,4 +186,5 @@ def test_bad_snapshot_is_a_clear_error(tmp_path):
     broken.write_bytes(b"not an archive")
     result = _cli("--snapshot", str(broken), "funcs")
     assert result.returncode == 2
-    assert "is not a readable kprobe-tui snapshot" in result.stderr and "Traceback" not in result.stderr
+    assert f"snapshot {broken} is corrupt: not a .tar.gz or .tar.xz archive" in result.stderr
+    assert "Traceback" not in result.stderr

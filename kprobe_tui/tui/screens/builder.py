@@ -22,7 +22,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -58,6 +57,7 @@ from kprobe_tui.probes.spec import (
     parse_spec,
 )
 from kprobe_tui.stream import filterexpr
+from kprobe_tui.tui.plain import plain
 from kprobe_tui.tui.widgets.probe_preview import Mark, Preview, ProbePreview
 from kprobe_tui.tui.widgets.variable_tree import VariableTree
 
@@ -373,10 +373,10 @@ class ProbeBuilderScreen(Screen):
     def compose(self) -> ComposeResult:
         yield Header()
         where = f"uprobe  {self.binary} : {self.function}" if self.binary else f"kernel  {self.function}"
-        yield Static(Text(where, style="bold"), id="target")
+        yield Static(plain(where, style="bold"), id="target")
         if self.lab_reason:
-            yield Static(Text(f"lab mode: {self.lab_reason}. Build the probe, then copy what to hand to an "
-                              "administrator (ctrl+s)."), id="lab")
+            yield Static(plain(f"lab mode: {self.lab_reason}. Build the probe, then copy what to hand to an "
+                               "administrator (ctrl+s)."), id="lab")
         with Horizontal(classes="row"):
             yield Static("Kind", classes="label")
             yield Select([(KINDS[k][0], k) for k in self.kinds], value=self.initial_kind, allow_blank=False,
@@ -513,7 +513,7 @@ class ProbeBuilderScreen(Screen):
     def _set_status(self, text: str, kind: str = "") -> None:
         status = self.query_one("#status", Static)
         status.set_classes(kind)
-        status.update(Text(text))
+        status.update(plain(text))  # names, expressions and kernel messages quoted in it
 
     # --- the variables tree ---------------------------------------------------------------------
 
@@ -533,7 +533,7 @@ class ProbeBuilderScreen(Screen):
         self._sync_ticks(self.query_one("#args", Input).value)
         note = note or ("" if nodes else "nothing in scope here: type registers in Args")
         shown = self.query_one("#tree-note", Static)
-        shown.update(Text(note))
+        shown.update(plain(note))
         shown.set_class(not note, "-empty")
 
     @on(Tree.NodeExpanded, "#variables")

@@ -30,6 +30,8 @@ from kprobe_tui.stream.parser import Event
 from kprobe_tui.stream.reader import StreamUpdate
 from kprobe_tui.stream.session import TailSession
 from kprobe_tui.stream.store import DEFAULT_CAPACITY, EventStore
+from kprobe_tui.textsafe import printable
+from kprobe_tui.tui.plain import plain
 from kprobe_tui.tui.widgets.event_table import EventTable, show_value
 
 RATE_SECONDS = 60  # sparkline history
@@ -175,7 +177,7 @@ class EventsScreen(Screen):
         busiest = sorted(self.rates, key=lambda n: -max(self.rates[n]))[:MAX_RATE_ROWS]
         rows = {row.name: row for row in container.query(".rate").results(Horizontal)}
         for name in busiest:
-            label = f"{name} {self.rates[name][-1]:,.0f}/s"
+            label = plain(f"{name} {self.rates[name][-1]:,.0f}/s")
             if name in rows:
                 rows[name].query_one(Static).update(label)
                 rows[name].query_one(Sparkline).data = list(self.rates[name])
@@ -200,7 +202,7 @@ class EventsScreen(Screen):
             parts.append("replay")
         elif self.session.paused:
             parts.append("PAUSED")
-        self.query_one("#status", Static).update(" │ ".join(parts))
+        self.query_one("#status", Static).update(plain(" │ ".join(parts)))
 
     # --- table ----------------------------------------------------------------------------------
 
@@ -221,18 +223,19 @@ class EventsScreen(Screen):
             text.update("no event")
             return
         if not event.event:
-            text.update(f"unparsed line:\n{event.body}")
+            text.update(plain(f"unparsed line:\n{printable(event.body)}"))
             return
-        lines = [f"{event.event}  at {event.site}",
-                 f"time {event.ts:.6f}  cpu {event.cpu}  comm {event.comm!r}  pid {event.pid}"
+        # all of it the kernel's text and the traced program's memory: one escaped line per field
+        lines = [printable(f"{event.event}  at {event.site}"),
+                 f"time {event.ts:.6f}  cpu {event.cpu}  comm {printable(event.comm)!r}  pid {event.pid}"
                  f"  tgid {event.tgid if event.tgid is not None else '?'}  flags {event.flags or '-'}"]
-        lines += [f"  {name} = {show_value(value)}" for name, value in event.args.items()]
+        lines += [f"  {printable(name)} = {show_value(value)}" for name, value in event.args.items()]
         if event.stack is not None:
             lines.append("kernel stack:")
-            lines += [f"  {frame}" for frame in event.stack]
+            lines += [f"  {printable(frame)}" for frame in event.stack]
         elif self.session is not None and not self.session.stacktrace:
             lines.append("(s: record kernel stacks)")
-        text.update("\n".join(lines))
+        text.update(plain("\n".join(lines)))
 
     def action_toggle_detail(self) -> None:
         detail = self.query_one("#detail")
@@ -267,15 +270,15 @@ class EventsScreen(Screen):
                 self.store.set_filter(compile_filter(parse(text)) if text.strip() else None)
                 summary = "view" if text.strip() else "no filter"
         except FilterError as exc:
-            error.update(f"{exc.problem}\n{exc.text}\n{' ' * exc.position}^")
+            error.update(plain(f"{exc.problem}\n{printable(exc.text)}\n{' ' * len(printable(exc.text[:exc.position]))}^"))
             error.add_class("shown")
             return
         except UserError as exc:
-            error.update(str(exc))
+            error.update(plain(str(exc)))
             error.add_class("shown")
             return
         error.remove_class("shown")
-        self.query_one("#filter-side", Static).update(summary)
+        self.query_one("#filter-side", Static).update(plain(summary))
         table = self.query_one(EventTable)
         table.following = True
         self.new_since_follow = 0

@@ -12,6 +12,8 @@ from textual.widgets import Footer, Header, Input, Static
 
 from kprobe_tui.kernel.catalog import STATUS_HELP, Catalog, Function, Status
 from kprobe_tui.matching import MODES, IncrementalFilter, Matcher
+from kprobe_tui.textsafe import printable
+from kprobe_tui.tui.plain import plain
 from kprobe_tui.tui.widgets.function_list import STATUS_GLYPH, FunctionList
 
 
@@ -66,8 +68,8 @@ class FunctionsScreen(Screen):
         notes.display = bool(catalog.notes)
         if catalog.notes:
             more = f" (+{len(catalog.notes) - 1} more: n)" if len(catalog.notes) > 1 else ""
-            notes.update(Text(f"! {catalog.notes[0]}{more}"))
-            notes.tooltip = "\n".join(catalog.notes)
+            notes.update(plain(f"! {catalog.notes[0]}{more}"))
+            notes.tooltip = plain("\n".join(catalog.notes))
         self._render_legend()
         self.apply_filter()
 
@@ -139,12 +141,12 @@ class FunctionsScreen(Screen):
         functions = self.query_one(FunctionList)
         status_style = functions.get_component_rich_style(f"function-list--{function.status.value}", partial=True)
         text = Text()
-        text.append(function.name, style="bold")
+        text.append(printable(function.name), style="bold")
         label = getattr(self.catalog, "labels", {}).get(function.status, function.status.value)
         text.append(f"  {STATUS_GLYPH[function.status]} {label}", style=status_style)
         text.append("\n")
         missing = getattr(self.catalog, "missing_prototype", "(no prototype: not in BTF)")
-        text.append(function.prototype or missing, style="italic" if function.prototype else "dim")
+        text.append(printable(function.prototype or missing), style="italic" if function.prototype else "dim")
         text.append("\n")
         where = [self.catalog.where(function) if hasattr(self.catalog, "where")
                  else f"module {function.module}" if function.module else "core kernel"]
@@ -152,9 +154,9 @@ class FunctionsScreen(Screen):
             where.append(f"address 0x{function.symbols[0].address:x}")
         if function.size:
             where.append(f"size {function.size} bytes")
-        text.append("  ".join(where), style="dim")
+        text.append(printable("  ".join(where)), style="dim")
         text.append("\n")
-        text.append(function.reason)
+        text.append(printable(function.reason))
         return text
 
     def _render_legend(self) -> None:

@@ -39,6 +39,8 @@ from kprobe_tui.kernel.profile import ProbeHits, rates, read_hits
 from kprobe_tui.kernel.tracefs import Tracefs
 from kprobe_tui.probes.compile import ElfSymbols
 from kprobe_tui.probes.spec import DEFAULT_PERSISTENT_GROUP
+from kprobe_tui.textsafe import printable
+from kprobe_tui.tui.plain import plain
 from kprobe_tui.tui.screens.builder import ProbeBuilderScreen
 from kprobe_tui.tui.screens.events import EventsScreen
 
@@ -269,9 +271,9 @@ class ProbesScreen(Screen):
         ours = sum(1 for event in sample.events if event.owner in OURS and event.full_name in wanted)
         matching = f" matching {self.filter_text!r}" if self.filter_text else ""
         mode = f" │ LAB MODE: {self.access.reason}" if self.access and self.access.lab else ""
-        self.query_one("#status", Static).update(
+        self.query_one("#status", Static).update(plain(
             f"{len(wanted)} probes{matching} · {ours} ours (● = {lifetime.run_name()} or {DEFAULT_PERSISTENT_GROUP})"
-            f"{mode}")
+            f"{mode}"))
         self._show_detail()
 
     def _reset_table(self) -> None:
@@ -287,12 +289,12 @@ class ProbesScreen(Screen):
         rate = per_second.get(event.full_name)
         return (
             Text("●" if ours else "·", style="bold green" if ours else "dim"),
-            Text(event.full_name, style="bold" if ours else ""),
-            kind_of(event),
+            plain(event.full_name, style="bold" if ours else ""),
+            plain(kind_of(event)),  # a str cell would be parsed as markup
             Text(f"{hits.hits:,}" if hits else "-", justify="right"),
             Text(f"{rate:,.0f}" if rate else "", justify="right"),  # blank when idle: quieter, steadier
             Text(str(hits.misses) if hits and hits.misses is not None else "-", justify="right"),
-            sample.enabled.get(event.full_name) or "off",
+            Text(sample.enabled.get(event.full_name) or "off"),
         )
 
     def _matches(self, event: DynamicEvent) -> bool:
@@ -311,7 +313,7 @@ class ProbesScreen(Screen):
         event = self.current()
         detail = self.query_one("#detail", Static)
         if event is None:
-            detail.update("no dynamic events" + ("" if not self.filter_text else " match the filter"))
+            detail.update(Text("no dynamic events" + ("" if not self.filter_text else " match the filter")))
             return
         hits = self.sample.hits.get(event.full_name) if self.sample else None
         counted = (f"{hits.hits:,} hits" + (f", {hits.misses:,} missed" if hits.misses is not None else "")
@@ -319,13 +321,13 @@ class ProbesScreen(Screen):
         state = self.sample.enabled.get(event.full_name) if self.sample else ""
         on_where = {"top": "on in the top-level buffer", "run": "on in this run's instance",
                     "top+run": "on in the top-level buffer and this run's instance"}.get(state or "", "off")
-        detail.update(Text.assemble((event.definition, "bold"), "\n",
-                                    f"{kind_of(event)} of {_OWNER_WORDS[event.owner]} · {counted} · {on_where}"))
+        detail.update(Text.assemble((printable(event.definition), "bold"), "\n",  # its path is anyone's
+                                    printable(f"{kind_of(event)} of {_OWNER_WORDS[event.owner]} · {counted} · {on_where}")))
 
     def _say(self, text: str, kind: str = "") -> None:
         message = self.query_one("#message", Static)
         message.set_classes(kind)
-        message.update(Text(text))
+        message.update(plain(text))
 
     # --- filter ------------------------------------------------------------------------------------
 

@@ -31,6 +31,8 @@ from kprobe_tui.debuginfo.lines import LineSpec, find_line_range, source_text
 from kprobe_tui.debuginfo.scope import DebugInfo, ProbeSpec, open_debuginfo
 from kprobe_tui.errors import UserError
 from kprobe_tui.tui.widgets.download_bar import DownloadBar
+from kprobe_tui.textsafe import printable
+from kprobe_tui.tui.plain import plain
 from kprobe_tui.tui.widgets.source_view import SourceView
 
 
@@ -51,17 +53,20 @@ class DebugTarget:
 def clickable_variables(listing: str, capturable: set[str]) -> Text:
     """perf -V's listing with each capturable variable's name a link that captures it in the builder.
 
-    A variable row is ``\\t\\t[mark]TYPE\\tNAME[\\tWHERE]`` (describe.format_points)."""
+    A variable row is ``\\t\\t[mark]TYPE\\tNAME[\\tWHERE]`` (describe.format_points). Names and types
+    are the debug info's: each field is shown escaped, and a link's action carries the real name as a
+    Python literal (Textual reads action arguments with ast.literal_eval: data, never code)."""
     text = Text()
-    for row in listing.splitlines(keepends=True):
-        fields = row.rstrip("\n").split("\t")
-        if len(fields) > 3 and fields[0] == fields[1] == "" and fields[3] in capturable:
-            start = len(text) + len("\t".join(fields[:3])) + 1
-            text.append(row)
-            link = Style(underline=True, meta={"@click": f"screen.probe_variable({fields[3]!r})"})
+    for number, row in enumerate(listing.split("\n")):
+        if number:
+            text.append("\n")
+        raw = row.split("\t")
+        fields = [printable(field) for field in raw]
+        start = len(text) + len("\t".join(fields[:3])) + 1
+        text.append("\t".join(fields))
+        if len(raw) > 3 and raw[0] == raw[1] == "" and raw[3] in capturable:
+            link = Style(underline=True, meta={"@click": f"screen.probe_variable({raw[3]!r})"})
             text.stylize(link, start, start + len(fields[3]))
-        else:
-            text.append(row)
     text.expand_tabs(4)  # in place, keeping the links
     return text
 
@@ -129,7 +134,7 @@ class SourceScreen(Screen):
         self.downloading = False
 
     def compose(self) -> ComposeResult:
-        yield Static(f"Loading the debug info of {self.function}…", id="source-title")
+        yield Static(plain(f"Loading the debug info of {self.function}…"), id="source-title")
         yield DownloadBar(id="download")
         with Horizontal(id="source-body"):
             yield SourceView(id="source")
@@ -191,22 +196,21 @@ class SourceScreen(Screen):
         self.query_one(DownloadBar).hide()
         self.fallback = True
         kernel = self.target.binary is None
-        self.query_one("#source-title", Static).update(
-            Text(f"No source view for {self.function}: {error.message}"))
+        self.query_one("#source-title", Static).update(plain(f"No source view for {self.function}: {error.message}"))
         self.query_one("#source-body").display = False
         self.query_one("#fallback").display = True
         if prototype:
-            self.query_one("#prototype", Static).update(prototype)
+            self.query_one("#prototype", Static).update(plain(prototype))
             where = "BTF" if kernel else "the symbol table and DWARF"
             still = (f"Entry and return probes still work, with the arguments by their names from {where} "
                      "(in the builder: a parameter, ptr->member, name:string) and $retval on return.")
         else:
             self.query_one("#prototype", Static).update(
-                f"{self.symbol}  ({'no prototype: not in BTF' if kernel else 'no debug info: registers only'})")
+                plain(f"{self.symbol}  ({'no prototype: not in BTF' if kernel else 'no debug info: registers only'})"))
             still = ("Entry and return probes still work, capturing registers (%di, %si, %dx, … or $arg1, $arg2, …) "
                      "and $retval on return.")
         hint = f"\n\nFor the source view and line probes: {error.hint}" if error.hint else ""
-        self.query_one("#missing", Static).update(f"{still}{hint}\n\nenter: entry probe   r: return probe   escape: back")
+        self.query_one("#missing", Static).update(plain(f"{still}{hint}\n\nenter: entry probe   r: return probe   escape: back"))
         self.query_one("#entry", Button).focus()
         self.refresh_bindings()  # no variables to list or explain
 
@@ -223,7 +227,7 @@ class SourceScreen(Screen):
                  "a number probes one, a click on a variable captures it")
         if text.note:
             title += f"\n{text.note}"
-        self.query_one("#source-title", Static).update(Text(title))
+        self.query_one("#source-title", Static).update(plain(title))
         view = self.query_one(SourceView)
         if text.lines is None:  # no source text: the numbers alone, still probeable
             last = max(found.lines, default=0)
@@ -255,7 +259,9 @@ class SourceScreen(Screen):
             try:
                 points = self.info.probe_points(spec)
                 text = format_points(spec, points, verbose=self.verbose)
-                capturable = sorted({v.name for point in points for v in point.variables if v.listed_by_perf})
+                # a name a probe cannot spell (debug info may hold any bytes) is listed, not a link
+                capturable = sorted({v.name for point in points for v in point.variables
+                                     if v.listed_by_perf and v.name.isidentifier() and v.name.isprintable()})
             except UserError as error:
                 text = str(error)
         self.app.call_from_thread(self._show_variables, line, text, capturable)

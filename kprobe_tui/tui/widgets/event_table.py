@@ -15,6 +15,7 @@ from textual.strip import Strip
 
 from kprobe_tui.stream.parser import FAULT, Event
 from kprobe_tui.stream.store import EventStore
+from kprobe_tui.textsafe import printable
 from kprobe_tui.tui.widgets.cursor_view import CursorView
 
 FIXED_COLUMNS = [("TIME", ">", 12), ("CPU", ">", 3), ("COMM", "<", 15), ("PID", ">", 7), ("EVENT", "<", 12)]
@@ -22,11 +23,12 @@ MAX_ARG_WIDTH = 24
 
 
 def show_value(value) -> str:
+    """A captured value on one line: the traced program's memory, so every control is shown escaped."""
     if value is FAULT:
         return "(fault)"
     if isinstance(value, list):
         return "{" + ",".join(map(show_value, value)) + "}"
-    return str(value).replace("\n", "⏎").replace("\t", "→")
+    return printable(str(value).replace("\n", "⏎").replace("\t", "→"))
 
 
 def quoted(value) -> str:
@@ -133,7 +135,10 @@ class EventTable(CursorView):
         return self._strip(self._cells(event, columns), style, width, scroll_x)
 
     def _strip(self, text: str, style, width: int, scroll_x: int) -> Strip:
-        return Strip([Segment(text, style)]).extend_cell_length(scroll_x + width, style).crop(scroll_x, scroll_x + width)
+        """One row: comm, event names, the site and raw lines are as the kernel printed them (a process
+        names itself): escaped here, the one way any row reaches a Segment."""
+        return Strip([Segment(printable(text), style)]).extend_cell_length(scroll_x + width, style).crop(
+            scroll_x, scroll_x + width)
 
     def _arg_columns(self, rows: list[Event]) -> list[tuple[str, int]] | None:
         """One column per argument when the rows on screen are all one event type."""
@@ -159,7 +164,8 @@ class EventTable(CursorView):
             time = f"{event.ts:12.6f}"
         else:
             time = f"{event.ts - (self.base_time or event.ts):+12.6f}"
-        cells = [time[-12:], f"{event.cpu:>3}", f"{event.comm[:15]:<15}", f"{event.pid:>7}", f"{event.event[:12]:<12}"]
+        cells = [time[-12:], f"{event.cpu:>3}", f"{printable(event.comm)[:15]:<15}", f"{event.pid:>7}",
+                 f"{printable(event.event)[:12]:<12}"]
         args = event.args
         if columns is None:
             cells.append(" ".join(f"{name}={quoted(value)}" for name, value in args.items()) or event.site)

@@ -13,6 +13,7 @@ from textual.strip import Strip
 
 from kprobe_tui.kernel.catalog import Status
 from kprobe_tui.matching import Matcher
+from kprobe_tui.textsafe import printable
 from kprobe_tui.tui.widgets.cursor_view import CursorView
 
 STATUS_GLYPH = {
@@ -94,23 +95,26 @@ class FunctionList(CursorView):
         segments.extend(self._name_segments(name, base + status_style))
         module = self._module_of(name)
         if module:
-            segments.append(Segment(f"  [{module}]", base + self.get_component_rich_style("function-list--module", partial=True)))
+            segments.append(Segment(f"  [{printable(module)}]",
+                                    base + self.get_component_rich_style("function-list--module", partial=True)))
         strip = Strip(segments).extend_cell_length(scroll_x + width, base)
         return strip.crop(scroll_x, scroll_x + width)
 
     def _name_segments(self, name: str, style: Style) -> list[Segment]:
+        """The name, its matches highlighted; each piece escaped on its own (an ELF symbol name may hold
+        any byte but NUL, ESC included), so the match spans, found in the real name, stay right."""
         spans = self.matcher.spans(name) if self.matcher else []
         if not spans:
-            return [Segment(name, style)]
+            return [Segment(printable(name), style)]
         match_style = style + self.get_component_rich_style("function-list--match", partial=True)
         segments, at = [], 0
         for start, end in spans:
             if start > at:
-                segments.append(Segment(name[at:start], style))
-            segments.append(Segment(name[start:end], match_style))
+                segments.append(Segment(printable(name[at:start]), style))
+            segments.append(Segment(printable(name[start:end]), match_style))
             at = end
         if at < len(name):
-            segments.append(Segment(name[at:], style))
+            segments.append(Segment(printable(name[at:]), style))
         return segments
 
     # --- cursor -------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from kprobe_tui.errors import UserError
 from kprobe_tui.probes.guard import GuardAdvice
 from kprobe_tui.probes.render import bpftrace_oneliner, perf_command, tracefs_commands
 from kprobe_tui.probes.spec import CompiledProbe, ProbeSpec
+from kprobe_tui.textsafe import printable
 
 LABEL_WIDTH = 9
 COPYABLE = ("tracefs", "perf", "bpftrace")  # row labels whose text the copy keys take
@@ -98,9 +99,14 @@ class ProbePreview(Static):
         table.add_column(ratio=1, overflow="fold")
         for label, line in preview.lines():
             style = self._STYLES.get(label, "")
-            text = Text(line, style=style if label in ("error", "warning", "admin") else "")
-            if label == "at" and preview.mark is not None:
-                text.stylize("reverse bold red", preview.mark.start, max(preview.mark.end, preview.mark.start + 1))
+            text = Text(style=style if label in ("error", "warning", "admin") else "")
+            if label == "at" and preview.mark is not None:  # the marked token, each side escaped on its own
+                start, end = preview.mark.start, max(preview.mark.end, preview.mark.start + 1)
+                text.append(printable(line[:start]))
+                text.append(printable(line[start:end]), style="reverse bold red")
+                text.append(printable(line[end:]))
+            else:  # paths, symbol names, typed text and kernel messages: data, escaped
+                text.append(printable(line))
             if self.compact and label in (*COPYABLE, ""):
                 text.truncate(max(self.content_size.width - LABEL_WIDTH, 20), overflow="ellipsis")
             table.add_row(Text(label, style=f"bold {style}".strip()), text)

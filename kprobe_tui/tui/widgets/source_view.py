@@ -17,6 +17,8 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from kprobe_tui.textsafe import printable
+
 NUMBER_WIDTH = 9  # perf's "%7d  " column
 
 
@@ -66,7 +68,8 @@ class SourceView(ScrollView, can_focus=True):
 
     def show(self, texts: list[str], probeable: set[int], offset: int, cursor: int) -> None:
         """Show a file (lines without endings) and put the cursor on ``cursor``."""
-        self.texts = [text.rstrip("\r\n").expandtabs(8) for text in texts]
+        # the file's text, not ours: every control escaped once here, not per frame
+        self.texts = [printable(text.rstrip("\r\n").expandtabs(8)) for text in texts]
         self.probeable = probeable
         self.number_base = offset
         widest = max((len(text) for text in self.texts), default=0)

@@ -17,6 +17,7 @@ from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
 from kprobe_tui.probes.capture import VariableNode
+from kprobe_tui.textsafe import printable
 
 TICKED, UNTICKED, REFUSED = "[x] ", "[ ] ", " -  "
 TOGGLE = Style.from_meta({"toggle": True})  # what Tree's click handler reads to expand instead of select
@@ -69,7 +70,8 @@ class VariableTree(Tree[VariableNode]):
         self.cursor_line = 0
 
     def add_children(self, parent: TreeNode[VariableNode], nodes: list[VariableNode]) -> None:
-        self.widths[parent.id] = (max((len(n.name) for n in nodes), default=0), max((len(n.type_name) for n in nodes), default=0))
+        self.widths[parent.id] = (max((len(printable(n.name)) for n in nodes), default=0),
+                                  max((len(printable(n.type_name)) for n in nodes), default=0))
         for node in nodes:
             parent.add(self._label(node, self.widths[parent.id]), node, allow_expand=node.expandable)
         self.loaded.add(parent.id)
@@ -89,12 +91,14 @@ class VariableTree(Tree[VariableNode]):
         """Name, C type, where, and what it is read as, in columns shared with its siblings."""
         ticked = node.expression in self.ticked
         reads_as = self.ticked.get(node.expression) or node.default_type or node.reads_as
-        name, type_name = node.name.ljust(min(widths[0], MAX_NAME)), node.type_name.ljust(min(widths[1], MAX_TYPE))
-        label = Text.assemble((name, "bold"), "  ", (type_name, "italic"), "  ", (node.where, "dim"))
+        # names and types are the debug info's (or BTF's): shown escaped
+        name = printable(node.name).ljust(min(widths[0], MAX_NAME))
+        type_name = printable(node.type_name).ljust(min(widths[1], MAX_TYPE))
+        label = Text.assemble((name, "bold"), "  ", (type_name, "italic"), "  ", (printable(node.where), "dim"))
         if node.capturable and reads_as:
-            label.append(f"  as {reads_as}", style="bold" if ticked and self.ticked.get(node.expression) else "")
+            label.append(f"  as {printable(reads_as)}", style="bold" if ticked and self.ticked.get(node.expression) else "")
         if not node.capturable and node.why_not:
-            label.append(f"  ({node.why_not})", style="dim")
+            label.append(f"  ({printable(node.why_not)})", style="dim")
         return label
 
     def render_label(self, node: TreeNode[VariableNode], base_style: Style, style: Style) -> Text:

@@ -1,0 +1,104 @@
+"""The TUI in a real terminal (tmux): SIGTERM and SIGHUP give the terminal back and leave nothing in
+$TMPDIR; a crash is never exit status 0.
+
+Each test runs its own tmux server (a socket in its tmp_path), so nothing else's sessions are touched.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SNAPSHOT_61 = Path(__file__).parents[1] / "fixtures" / "snapshots" / "debian-6.1.tar.gz"
+PROJECT = Path(__file__).parents[2]
+FLAGS = "#{alternate_on} #{cursor_flag} #{mouse_any_flag} #{mouse_button_flag} #{mouse_standard_flag} #{mouse_sgr_flag}"
+RESTORED = "0 1 0 0 0 0"  # main screen, cursor shown, no mouse reporting of any kind
+
+
+class Terminal:
+    """One tmux pane running bash, 80x24."""
+
+    def __init__(self, directory: Path) -> None:
+        self.socket = directory / "tmux.sock"
+        self.tmux("new-session", "-d", "-x", "80", "-y", "24", "-s", "t", "bash --norc --noprofile")
+
+    def tmux(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-S", str(self.socket), *args], capture_output=True, text=True,
+                              check=True, timeout=10).stdout
+
+    def type(self, line: str) -> None:
+        self.tmux("send-keys", "-t", "t", "-l", line)
+        self.tmux("send-keys", "-t", "t", "Enter")
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-t", "t")
+
+    def flags(self) -> str:
+        return self.tmux("display", "-p", "-t", "t", FLAGS).strip()
+
+    def wait(self, condition, what: str, seconds: float = 60) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if condition():
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"never happened: {what}\n{self.screen()}")
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-S", str(self.socket), "kill-server"], capture_output=True)
+
+
+@pytest.fixture
+def terminal(tmp_path):
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    pane = Terminal(tmp_path)
+    yield pane
+    pane.close()
+
+
+def start(terminal: Terminal, tmp_path: Path, *args: str, env: str = "") -> int:
+    """kprobe-tui in the pane (its exit status printed after it); returns its PID once it draws."""
+    pid_file = tmp_path / "pid"
+    terminal.type(f"cd {PROJECT} && {env} TMPDIR={tmp_path} sh -c 'echo $$ > {pid_file}; "
+                  f"exec {sys.executable} -m kprobe_tui {' '.join(args)}'; echo EXIT=$?")
+    terminal.wait(lambda: "kprobe-tui" in terminal.screen() and terminal.flags().startswith("1 "), "the TUI is up")
+    return int(pid_file.read_text())
+
+
+def snapshot_copies(tmp_path: Path) -> list[str]:
+    return [p.name for p in tmp_path.iterdir() if p.name.startswith("kprobe-tui-snapshot-")]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_restores_the_terminal_and_removes_the_snapshot_copy(terminal, tmp_path, signum):
+    pid = start(terminal, tmp_path, "--snapshot", str(SNAPSHOT_61))
+    assert terminal.flags() != RESTORED  # the TUI's modes are on: alternate screen, mouse reporting
+    assert len(snapshot_copies(tmp_path)) == 1
+    subprocess.run(["kill", f"-{signum.name.removeprefix('SIG')}", str(pid)], check=True)
+    terminal.wait(lambda: f"EXIT={128 + signum}" in terminal.screen(), "it ends by the signal")
+    assert terminal.flags() == RESTORED
+    assert snapshot_copies(tmp_path) == []
+    # the line discipline is back too: canonical mode and echo, as the shell had them
+    terminal.type("stty -a | tr ' ' '\\n' | grep -x -e icanon -e -icanon -e echo -e -echo | tr '\\n' ' '; echo")
+    terminal.wait(lambda: "icanon echo" in terminal.screen(), "stty shows icanon and echo")
+
+
+def test_a_crash_is_never_exit_status_zero(terminal, tmp_path):
+    """An exception Textual catches (it prints the traceback and restores the terminal) used to end in 0."""
+    hook = tmp_path / "crash"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "from kprobe_tui.tui.screens import functions\n"
+        "def crash(self):\n    raise RuntimeError('injected by the test')\n"
+        "functions.FunctionsScreen.show_catalog = crash\n")
+    start(terminal, tmp_path, "-x", "/usr/bin/true", env=f"PYTHONPATH={hook}")
+    terminal.wait(lambda: re.search(r"^EXIT=\d+", terminal.screen(), re.M), "it ends")
+    assert re.search(r"^EXIT=70$", terminal.screen(), re.M) and terminal.flags() == RESTORED
