@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.tracefs import KernelRefused, Tracefs
+from kprobe_tui.kernel.triggers import SYNTHETIC_GROUP, remove_run_triggers, synthetic_run
 from kprobe_tui.probes.render import unique_name
 from kprobe_tui.probes.spec import DEFAULT_PERSISTENT_GROUP, MAX_EVENT_NAME_LEN, CompiledProbe
 
@@ -59,6 +60,9 @@ class DynamicEvent:
 
     @property
     def owner(self) -> str:
+        if self.group == SYNTHETIC_GROUP:  # one group for everyone's: the name says whose
+            run = synthetic_run(self.event)
+            return owner_of(run) if run else OTHERS
         return owner_of(self.group)
 
     @property
@@ -251,21 +255,29 @@ class Events:
 
     # -- cleanup -------------------------------------------------------------------------------
 
+    def stale_events(self) -> list[DynamicEvent]:
+        """Probes and synthetic events of dead runs."""
+        return [e for e in self.list() if e.owner == STALE]
+
     def stale_groups(self) -> list[str]:
-        return sorted({e.group for e in self.list() if e.owner == STALE})
+        """Probe groups of dead runs (synthetic events share one group with everyone's: not listed)."""
+        return sorted({e.group for e in self.stale_events() if e.group != SYNTHETIC_GROUP})
 
     def stale_instances(self) -> list[str]:
         return [name for name in self._instance_names() if lifetime.is_stale(name)]
 
     def cleanup(self) -> tuple[list[str], list[DynamicEvent]]:
-        """Remove what dead runs left: their instances first (that disables events in them), then groups."""
+        """Remove what dead runs left: their triggers, then their instances (that disables events in
+        them), then their probes and synthetic events (the kernel refuses those while a trigger is on)."""
         instances = self.stale_instances()
         for name in instances:
+            remove_run_triggers(self.tracefs, name, name)
             try:
                 os.rmdir(self.tracefs.path(f"instances/{name}"))
             except OSError as exc:
                 raise UserError(f"cannot remove instance {name}: {exc.strerror}", "is something reading its trace_pipe?") from exc
         removed: list[DynamicEvent] = []
-        for group in self.stale_groups():
-            removed += self.delete_group(group)
+        for event in self.stale_events():
+            self.delete(event)
+            removed.append(event)
         return instances, removed
