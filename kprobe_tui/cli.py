@@ -11,7 +11,8 @@ from kprobe_tui import __version__, config
 from kprobe_tui.errors import UserError
 
 # Each name is a module in kprobe_tui.commands with ``add_parser(subparsers)`` and ``run(args) -> int``.
-COMMANDS = ["funcs", "doctor", "snapshot", "lines", "vars", "tail", "probe", "list", "delete", "cleanup"]
+COMMANDS = ["funcs", "doctor", "snapshot", "lines", "vars", "tail", "count", "hist", "latency", "probe", "list",
+            "delete", "cleanup"]
 # The command name a module registers, where it is not the module's name.
 COMMAND_NAMES = {"delete": "del"}
 
