@@ -15,19 +15,25 @@ from kprobe_tui.aggregate.histfile import HistTable, as_signed, parse_hist
 from kprobe_tui.aggregate.model import Aggregation
 from kprobe_tui.aggregate.tally import Tally
 from kprobe_tui.aggregate.targets import Target
-from kprobe_tui.aggregate.triggers import LatencyTriggers, Trigger, latency_triggers, table_trigger
+from kprobe_tui.aggregate.triggers import SYNTHETIC_COMM, LatencyTriggers, Trigger, latency_triggers, table_trigger
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.instance import Instance
 from kprobe_tui.kernel.profile import read_hits
 from kprobe_tui.kernel.tracefs import Tracefs
-from kprobe_tui.kernel.triggers import Triggers, synthetic_name
+from kprobe_tui.kernel.triggers import Triggers, scoped_name
 from kprobe_tui.stream import filterexpr
 
 # A small ring: events are built for the triggers and discarded, never kept for a reader.
 BUFFER_KB = 64
 _U64 = 1 << 64
-_TAGS = itertools.count(1)  # variable and synthetic event names unique within this process
+_TAGS = itertools.count(1)  # instance, variable and synthetic event names unique within this process
+
+
+def own_instance(top: Tracefs) -> Instance:
+    """An instance of its own for each aggregation (a tail or another aggregation may run beside it),
+    named for this run so that cleanup knows it as ours after a SIGKILL."""
+    return Instance(top, scoped_name(f"agg{next(_TAGS)}"))
 
 
 def _number(value: int, layout: tuple[int, bool] | None) -> int:
@@ -43,7 +49,7 @@ class _InstanceOwner:
 
     def __init__(self, top: Tracefs) -> None:
         self.top = top
-        self.instance = Instance(top)
+        self.instance = own_instance(top)
         self.triggers = Triggers(top, self.instance.tracefs)
         self._tokens: list[int] = []
 
@@ -120,8 +126,8 @@ class KernelHistEngine(_InstanceOwner):
         ret = next(t for t in self.targets if t.role == "return")
         tag = str(next(_TAGS))
         plan = latency_triggers(self.aggregation, (entry.group, entry.event), (ret.group, ret.event),
-                                synthetic_name(f"lat{tag}"), tag,
-                                self.conditions.get(entry.event, ""), self.conditions.get(ret.event, ""))
+                                scoped_name(f"lat{tag}"), tag, self.conditions.get(entry.event, ""),
+                                self.conditions.get(ret.event, ""), self.arguments.get("comm"))
         self.define(plan.synthetic.name, plan.synthetic.definition())
         self._latency = plan
         for trigger in plan.downstream():
@@ -194,7 +200,7 @@ class KernelHistEngine(_InstanceOwner):
         old = self._trackers
         self._trackers = []
         self._add_trackers()  # the next interval's first: between the two, no return goes unseen
-        tables = parse_hist(self.triggers.hist("synthetic", plan.synthetic.name))
+        tables = parse_hist(self.triggers.hist("synthetic", plan.synthetic.name), frozenset({SYNTHETIC_COMM}))
         table = self._table("synthetic", plan.synthetic.name, plan.table, tables=tables)
         tally = Tally()
         for kernel_key, hits in self._new_hits("latency", table):
@@ -219,7 +225,7 @@ class KernelHistEngine(_InstanceOwner):
         return tally
 
     def _latency_key(self, by: list) -> tuple:
-        return tuple(part[0] if field.name == "comm" else part for field, part in zip(self.aggregation.keys, by))
+        return tuple(by)  # comm (the synthetic event's string) or pid, in the model's order
 
 
 class ProfileEngine(_InstanceOwner):

@@ -23,6 +23,7 @@ from kprobe_tui.aggregate.targets import Targets
 from kprobe_tui.aggregate.user_engine import UserEngine
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.events import DynamicEvent, Events
+from kprobe_tui.kernel.profile import read_hits
 from kprobe_tui.kernel.tracefs import KernelRefused, Tracefs
 from kprobe_tui.stream import filterexpr
 
@@ -57,6 +58,7 @@ class AggregationRun:
         self._events = Events(top)
         self._created: list[DynamicEvent] = []
         self._total = Tally()
+        self._misses = 0
         self._started = self._last = 0.0
         self._lock = threading.Lock()
         self._running = False
@@ -69,7 +71,19 @@ class AggregationRun:
             self._create_probes()
             self.choice = self._choose()
             self.engine = self._engine(self.choice)
-            self.engine.start()
+            try:
+                self.engine.start()
+            except KernelRefused as refused:
+                # What README and the files promise, a kernel may still refuse (a synthetic event's string
+                # field on an old kernel, a config without something): then auto falls back, saying why.
+                self.engine.stop()
+                if self.requested != "auto" or self.choice.engine != "kernel":
+                    raise
+                why = refused.log.message if refused.log else refused.message
+                self.choice = Choice("user", "stream", f"the kernel refused a trigger ({why}): events are read "
+                                                       "from our trace instance and aggregated here")
+                self.engine = self._engine(self.choice)
+                self.engine.start()
         except BaseException:
             self._remove_probes()
             raise
@@ -148,6 +162,7 @@ class AggregationRun:
 
     def _sample(self) -> Sample:
         tally = self.engine.collect()
+        tally.lost += self._missed()
         now = time.time()
         interval = summarize(self.aggregation, tally, self.engine.name, self._last, now)
         self._total.merge(tally)
@@ -156,6 +171,18 @@ class AggregationRun:
         sample = Sample(interval, total)
         self.rates.append(sample.rate)
         return sample
+
+    def _missed(self) -> int:
+        """Hits of our kprobes the kernel missed since the last sample (kprobe_profile's third column: a
+        kretprobe with every slot taken, a probe hit inside another probe's handler)."""
+        kprobes = [f"{t.group}/{t.event}" for t in self.targets.items if not t.probe.spec.is_uprobe]
+        if not kprobes or self.choice.method == "profile":  # the profile engine counts its own
+            return 0
+        hits = read_hits(self.top)
+        missed = sum(hits[name].misses or 0 for name in kprobes if name in hits)
+        new = max(0, missed - self._misses)
+        self._misses = max(missed, self._misses)
+        return new
 
     def stop(self) -> Sample | None:
         """The last sample, then remove the triggers, the instance and the probes. Safe to call twice."""

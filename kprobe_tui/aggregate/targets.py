@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import fnmatch
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kprobe_tui.aggregate.model import Aggregation
@@ -32,6 +32,11 @@ GLOB_CHARACTERS = "*?["
 COMM_ARGUMENT = "kptui_comm"
 # bcc's funccount refuses more than 1000 probes; each kprobe costs a registration and every hit a trap.
 DEFAULT_MAX_PROBES = 1000
+# Calls a kretprobe can follow at once (the kernel's most, KRETPROBE_MAXACTIVE_MAX). Its default (10, or
+# twice the CPUs) is used up by threads asleep in the function: in the 6.1 guest, a few pipe readers
+# blocked in vfs_read made a kretprobe on it miss 23 of 25 returns of another process. The cost is
+# about 100 bytes a slot.
+RETURN_MAXACTIVE = 4096
 
 
 @dataclass(frozen=True)
@@ -102,13 +107,14 @@ class TargetBuilder:
     """Compiles SPECs for one run: ``kernel`` sources, ``readme`` (tracefs README), ``binary`` (-x)."""
 
     def __init__(self, kernel, readme: str, group: str, binary: str | None = None,
-                 max_probes: int = DEFAULT_MAX_PROBES) -> None:
+                 max_probes: int = DEFAULT_MAX_PROBES, taken: list[str] | None = None) -> None:
+        """``taken``: event names already in ``group`` (a name used twice would append a probe to that event)."""
         self.kernel = kernel
         self.readme = readme
         self.group = group
         self.binary = str(Path(binary).resolve()) if binary else None
         self.max_probes = max_probes
-        self.taken: list[str] = []
+        self.taken: list[str] = list(taken or [])
         self._catalog = None
 
     # -- what each command asks for --------------------------------------------------------------
@@ -143,14 +149,16 @@ class TargetBuilder:
         self._single(words + [value], list(dict.fromkeys(others)), targets, "hit", comm)
         return targets
 
-    def latency(self, function: str, filter_text: str) -> Targets:
+    def latency(self, function: str, aggregation: Aggregation, filter_text: str) -> Targets:
+        """Entry and return probes; by comm, both capture it (the return hands it to the synthetic event)."""
         words = _words(function)
         if len(words) != 1 or any(c in words[0] for c in GLOB_CHARACTERS + "%:+;"):
             raise UserError(f"{function!r}: latency is of one function, entry to return",
                             "give its name, e.g. vfs_read (or -x BIN work)")
+        comm = any(key.name == "comm" for key in aggregation.keys)
         targets = Targets([], {})
-        self._single(words, filter_arguments(filter_text), targets, "entry")
-        self._single([f"{words[0]}%return"], [], targets, "return")
+        self._single(words, filter_arguments(filter_text), targets, "entry", comm)
+        self._single([f"{words[0]}%return"], [], targets, "return", comm)
         return targets
 
     # -- compiling --------------------------------------------------------------------------------
@@ -174,6 +182,8 @@ class TargetBuilder:
 
     def _compile(self, spec: ProbeSpec) -> list[CompiledProbe]:
         probes = compile_spec(spec, self.group, self.taken, readme=self.readme, btf_path=self.kernel.btf_vmlinux)
+        if spec.is_return and not spec.is_uprobe:
+            probes = [replace(probe, maxactive=RETURN_MAXACTIVE) for probe in probes]
         self.taken += [probe.event for probe in probes]
         return probes
 

@@ -124,8 +124,8 @@ def _notes(result: Result) -> list[str]:
         notes.append(f"dropped: {result.dropped} hits did not fit in the kernel's table (more distinct keys than "
                      "its size): the numbers above leave them out")
     if result.lost:
-        notes.append(f"lost: {result.lost} events the kernel could not record or hand over: the numbers above "
-                     "leave them out")
+        notes.append(f"lost: {result.lost} hits the kernel did not record or hand over (a full ring buffer, or a "
+                     "kretprobe with every slot taken): the numbers above leave them out")
     if result.unmatched:
         notes.append(f"unmatched: {result.unmatched} returns had no timed entry on their thread (a nested or recursive "
                      "call: only the innermost is timed; or an entry before the start or left out by the filter)")

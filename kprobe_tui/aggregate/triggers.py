@@ -44,6 +44,7 @@ KERNEL_MAX_KEYS = 3
 # hits are dropped and counted). 8192 entries cost the kernel about 1 MB.
 TABLE_SIZE = 8192
 LATENCY_FIELDS = (("u64", "lat"), ("u64", "lat1"), ("u64", "nlat"))
+SYNTHETIC_COMM = "comm"  # the latency synthetic event's string field (a dynamic string: char comm[])
 _UNIT_DIVISOR = {"ns": 1, "us": 1_000, "ms": 1_000_000}
 
 
@@ -161,18 +162,23 @@ class LatencyTriggers:
 
 
 def latency_triggers(aggregation: Aggregation, entry: tuple[str, str], ret: tuple[str, str], synthetic_name: str,
-                     tag: str, entry_filter: str, return_filter: str) -> LatencyTriggers:
+                     tag: str, entry_filter: str, return_filter: str, comm_field: str | None = None) -> LatencyTriggers:
+    """``comm_field``: the return probe's capture of ``$comm``, for latency by comm. It goes into the
+    synthetic event as a string: ``common_pid.execname`` there would be the comm when the table entry
+    for that pid and bucket was made, so a thread that renamed itself would be counted under either."""
     divisor = _UNIT_DIVISOR[aggregation.unit]
     now = "common_timestamp" if divisor == 1 else f"common_timestamp/{divisor}"
     ts, lat, lat1, nlat = f"ts{tag}", f"lt{tag}", f"lb{tag}", f"ln{tag}"
-    synthetic = SyntheticEvent(synthetic_name, LATENCY_FIELDS)
-    by = _table_keys(aggregation, {}) if aggregation.keys else ()
+    fields, params = LATENCY_FIELDS, f"${lat},${lat1},${nlat}"
+    if comm_field:
+        fields, params = fields + (("char", "comm[]"),), f"{params},{comm_field}"
+    synthetic = SyntheticEvent(synthetic_name, fields)
+    by = _table_keys(aggregation, {"comm": SYNTHETIC_COMM}) if aggregation.keys else ()
     return LatencyTriggers(
         synthetic=synthetic,
         entry=Trigger(*entry, (PID_KEY,), variables=((ts, now),), filter=entry_filter),
         ret=Trigger(*ret, (PID_KEY,), variables=((lat, f"{now}-${ts}"), (lat1, f"{now}-${ts}+1"), (nlat, f"${ts}-{now}")),
-                    handler=f"onmatch({entry[0]}.{entry[1]}).trace({synthetic_name},${lat},${lat1},${nlat})",
-                    filter=return_filter),
+                    handler=f"onmatch({entry[0]}.{entry[1]}).trace({synthetic_name},{params})", filter=return_filter),
         returns=Trigger(*ret, (WHOLE_EVENT_KEY,), filter=return_filter),
         table=Trigger("synthetic", synthetic_name, (*by, "lat1.log2"), values=("lat",)),
         tag=tag,

@@ -12,13 +12,13 @@ import os
 import re
 import time
 
+from kprobe_tui.aggregate.kernel_engine import own_instance
 from kprobe_tui.aggregate.model import Aggregation
 from kprobe_tui.aggregate.tally import Tally
 from kprobe_tui.aggregate.targets import Target
 from kprobe_tui.aggregate.userspace import EventRole, StreamAggregator
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import lifetime
-from kprobe_tui.kernel.instance import Instance
 from kprobe_tui.kernel.tracefs import KernelRefused, Tracefs
 from kprobe_tui.stream import filterexpr
 from kprobe_tui.stream.reader import StreamReader, StreamUpdate
@@ -39,7 +39,7 @@ class UserEngine:
         self.aggregation = aggregation
         self.targets = targets
         self.filter_text = filter_text
-        self.instance = Instance(top)
+        self.instance = own_instance(top)
         self.aggregator = StreamAggregator(aggregation, [EventRole(t.event, t.label, t.role) for t in targets], arguments)
         self.reader: StreamReader | None = None
         self._reader_undo: int | None = None

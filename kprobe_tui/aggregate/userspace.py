@@ -26,6 +26,7 @@ import re
 import threading
 from collections import Counter
 from dataclasses import dataclass
+from itertools import repeat
 from operator import itemgetter
 from typing import Callable
 
@@ -36,7 +37,9 @@ from kprobe_tui.stream.parser import FAULT, Event, LineParser
 _COMM = itemgetter(slice(0, 16))
 _PID = itemgetter(slice(17, 24))
 _EVENT = re.compile(rb": (\w+): \(")
-_TS_EVENT = re.compile(rb"(\d+)\.(\d{6}): (\w+): \(")
+# Led by the "]" that closes the CPU column: a pattern led by a digit is tried at every digit of the line
+# (pid, CPU, address: 4x slower, measured).
+_TS_EVENT = re.compile(rb"\] \S+ +(\d+)\.(\d{6}): (\w+): \(")
 _NUMBER = rb"(-?(?:0x[0-9a-fA-F]+|\d+))"
 
 
@@ -76,7 +79,11 @@ class StreamAggregator:
         self._fast_rows: Counter = Counter()  # rows of bytes (slices, matched text)
         self._rows: Counter = Counter()  # rows of values from Events
         self._unmatched = 0
-        self._entries: dict = {}  # thread -> entry time (us); lives across takes
+        self._entries: dict = {}  # thread -> entry time (in us, or ms for --unit ms); lives across takes
+        # Latency from microsecond timestamps: ms is the difference of ms clock readings, as the kernel's
+        # common_timestamp/1000000 - $ts; ns is microseconds times 1000 (all trace_pipe prints).
+        self._divisor = 1000 if aggregation.unit == "ms" else 1
+        self._scale = 1000 if aggregation.unit == "ns" else 1
         self.fast_blocks = 0
         self.general_blocks = 0
 
@@ -118,7 +125,7 @@ class StreamAggregator:
                 rows[key] += 1
                 continue
             thread = event.pid
-            now = round(event.ts * 1_000_000)
+            now = round(event.ts * 1_000_000) // self._divisor
             if role.role == "entry":
                 self._entries[thread] = now
             else:
@@ -126,7 +133,7 @@ class StreamAggregator:
                 if started is None:
                     unmatched += 1
                 else:
-                    rows[key + (self._latency(started, now),)] += 1
+                    rows[key + ((now - started) * self._scale,)] += 1
         with self._lock:
             self._rows.update(rows)
             self._unmatched += unmatched
@@ -149,27 +156,24 @@ class StreamAggregator:
                 key.append(int(value) if isinstance(value, int) else value)
         return tuple(key)
 
-    def _latency(self, started_us: int, ended_us: int) -> int:
-        unit = self.aggregation.unit
-        if unit == "ms":
-            return ended_us // 1000 - started_us // 1000  # as the kernel: the difference of ms clock readings
-        return (ended_us - started_us) * (1000 if unit == "ns" else 1)
-
     # -- the fast path ---------------------------------------------------------------------------
 
     def _fast(self, data: bytes):
-        lines = data.split(b"\n")
-        if lines and not lines[-1]:
-            lines.pop()
-        count = len(lines)
+        """Rows of this block (an iterable for ``Counter.update``, which counts in C), or None when it does
+        not fit. A row is a tuple of the columns' bytes, or the bytes alone for one column."""
         if self.latency:
+            lines = data.split(b"\n")
+            lines.pop()  # after the last newline: nothing
             return self._fast_latency(data, lines)
+        count = data.count(b"\n")
+        lines = None
         columns = []
         for name in self.columns:
-            if name == "comm" and "comm" not in self._patterns:
-                columns.append(map(_COMM, lines))
-            elif name == "pid":
-                columns.append(map(_PID, lines))
+            if name in ("comm", "pid") and name not in self._patterns:  # from the header: slices of each line
+                if lines is None:
+                    lines = data.split(b"\n")
+                    lines.pop()
+                columns.append(map(_COMM if name == "comm" else _PID, lines))
             elif name == "probe":
                 found = [next(iter(self.roles)).encode()] * count if self._one_event else _EVENT.findall(data)
                 if len(found) != count:
@@ -185,76 +189,113 @@ class StreamAggregator:
             if len(names) != count or any(name.decode() not in self.roles for name in set(names)):
                 return None
         if not columns:
-            return Counter({(): count})
-        if len(columns) == 1:
-            return Counter(zip(columns[0]))
-        return Counter(zip(*columns))
+            return repeat((), count)
+        return columns[0] if len(columns) == 1 else zip(*columns)
 
     def _fast_latency(self, data: bytes, lines: list[bytes]):
         stamps = _TS_EVENT.findall(data)
         if len(stamps) != len(lines):
             return None
         entry = self.entry.encode()
-        key_columns = [map(_COMM, lines) if name == "comm" else map(_PID, lines) for name in self.columns]
-        keys = zip(*key_columns) if key_columns else iter(((),) * len(lines))
-        rows: Counter = Counter()
-        unmatched = 0
         entries = self._entries
-        latency = self._latency
-        for pid, (seconds, micros, name), key in zip(map(_PID, lines), stamps, keys):
-            now = int(seconds) * 1_000_000 + int(micros)
-            thread = int(pid)  # the general path keys threads by int too: blocks may alternate
-            if name == entry:
-                entries[thread] = now
-            else:
-                started = entries.pop(thread, None)
-                if started is None:
-                    unmatched += 1
+        forget = entries.pop
+        divisor = self._divisor
+        unmatched = 0
+        done: list = []
+        keep = done.append
+        threads = map(int, map(_PID, lines))  # int, as the general path keys threads: blocks may alternate
+        if self.columns:
+            columns = []
+            for name in self.columns:
+                if name in self._patterns:  # the probes' own $comm (entry and return capture it)
+                    found = self._patterns[name].findall(data)
+                    if len(found) != len(lines):
+                        return None
+                    columns.append(found)
                 else:
-                    rows[key + (latency(started, now),)] += 1
+                    columns.append(map(_COMM if name == "comm" else _PID, lines))
+            keys = zip(*columns)
+            for thread, (seconds, micros, name), key in zip(threads, stamps, keys):
+                now = int(seconds + micros) // divisor
+                if name == entry:
+                    entries[thread] = now
+                else:
+                    started = forget(thread, None)
+                    if started is None:
+                        unmatched += 1
+                    else:
+                        keep(key + (now - started,))
+        else:
+            for thread, (seconds, micros, name) in zip(threads, stamps):
+                now = int(seconds + micros) // divisor
+                if name == entry:
+                    entries[thread] = now
+                else:
+                    started = forget(thread, None)
+                    if started is None:
+                        unmatched += 1
+                    else:
+                        keep(now - started)
         with self._lock:
             self._unmatched += unmatched
-        return rows
+        return done
 
     # -- output ----------------------------------------------------------------------------------
 
     def take(self) -> Tally:
-        """What was aggregated since the previous take."""
+        """What was aggregated since the previous take; text becomes values once per distinct row here."""
         with self._lock:
             fast, general, unmatched = self._fast_rows, self._rows, self._unmatched
             self._fast_rows, self._rows, self._unmatched = Counter(), Counter(), 0
-        tally = Tally(unmatched=unmatched)
-        for row, hits in general.items():
-            self._add(tally, row, hits)
+        rows = general
+        convert = self._converter()
         for row, hits in fast.items():
-            converted = self._convert(row)
+            converted = convert(row)
             if converted is not None:
-                self._add(tally, converted, hits)
+                rows[converted] += hits
+        tally = Tally(unmatched=unmatched)
+        if self.aggregation.kind == "count":
+            for row, hits in rows.items():
+                tally.count(row, hits)
+            return tally
+        values: dict[tuple, Counter] = {}
+        for row, hits in rows.items():
+            found = values.get(row[:-1])
+            if found is None:
+                found = values[row[:-1]] = Counter()
+            found[row[-1]] += hits
+        for key, counted in values.items():
+            tally.cell(key).add_values(counted)
         return tally
 
-    def _add(self, tally: Tally, row: tuple, hits: int) -> None:
-        if self.aggregation.kind == "count":
-            tally.count(row, hits)
-        else:
-            tally.cell(row[:-1]).add_values(Counter({row[-1]: hits}))
-
-    def _convert(self, row: tuple) -> tuple | None:
-        """A fast-path row (bytes) as the values the general path makes."""
-        values = []
-        for name, raw in zip(self.columns, row):
+    def _converter(self) -> Callable[[object], tuple | None]:
+        """Turns a fast-path row (bytes) into the tuple of values the general path makes."""
+        parts = []
+        for name in self.columns:
             if name == "comm":
-                text = raw.decode("utf-8", "backslashreplace")
-                values.append(text if "comm" in self._patterns else text.strip())  # the header pads it to 16
+                captured = "comm" in self._patterns  # else the header's, padded to 16
+                parts.append(lambda raw, captured=captured: raw.decode("utf-8", "backslashreplace")
+                             if captured else raw.decode("utf-8", "backslashreplace").strip())
             elif name == "pid":
-                try:
-                    values.append(int(raw))
-                except ValueError:
-                    return None
+                parts.append(int)
             elif name == "probe":
-                role = self.roles.get(raw.decode())
-                values.append(role.label if role else raw.decode())
+                labels = {role.event.encode(): role.label for role in self.roles.values()}
+                parts.append(lambda raw, labels=labels: labels.get(raw, raw.decode()))
             else:
-                values.append(int(raw, 0))
-        if self.latency:
-            values.append(row[-1])  # already a number
-        return tuple(values)
+                parts.append(lambda raw: int(raw, 0))
+        scale = self._scale
+        scalar = len(parts) == 1 and not self.latency
+        latency = self.latency
+
+        def convert(row):
+            try:
+                if scalar:
+                    return (parts[0](row),)
+                if latency and not parts:
+                    return (row * scale,)
+                values = tuple(part(raw) for part, raw in zip(parts, row))
+                return values + (row[-1] * scale,) if latency else values
+            except ValueError:
+                return None
+
+        return convert

@@ -18,6 +18,7 @@ from kprobe_tui.aggregate.targets import Targets, TargetBuilder
 from kprobe_tui.aggregate.text import render
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import lifetime, sources
+from kprobe_tui.kernel.events import Events
 
 ENGINE_HELP = ("where to aggregate: kernel (hist triggers, synthetic events, kprobe_profile: user space reads "
                "a table once per interval), user (events read from our trace instance and counted here), or "
@@ -48,7 +49,8 @@ def builder(args) -> tuple:
     readme = top.read("README") if top.exists("README") else ""
     binary = getattr(args, "binary", None) or getattr(args, "exec_binary", None)
     return top, TargetBuilder(kernel, readme, lifetime.run_name(), binary=binary,
-                              max_probes=getattr(args, "max_probes", None) or 1000)
+                              max_probes=getattr(args, "max_probes", None) or 1000,
+                              taken=[e.event for e in Events(top).events_in(lifetime.run_name())])
 
 
 def printable(text: str) -> str:

@@ -1,14 +1,15 @@
 """``kprobe-tui latency FUNC``: how long a function takes, entry to return, like bcc's funclatency.
 
-A log2 histogram with count, average, min and max, per comm or pid with ``--by``. In the kernel,
-hist triggers keep each thread's entry time and a synthetic event carries the latency to a table;
-in user space, our trace instance's entry and return events are paired per thread.
+A log2 histogram with count, average, min and max, per comm or pid with --by. In the kernel, hist
+triggers keep each thread's entry time and a synthetic event carries the latency to a table; in
+user space, our trace instance's entry and return events are paired per thread.
 
 Nested and recursive calls: a thread's entry time is kept once per thread and read once by its
-return (hist variables behave so in the kernel, and the user-space engine does the same). A nested
-call's entry replaces the outer one's, so only the innermost call is timed, never a garbage span;
-the outer returns are counted as "unmatched", as bcc's funclatency and bpftrace's @start[tid] leave
-them out too.
+return (hist variables behave so in the kernel; the user-space engine does the same). A nested
+call's entry replaces the outer one's, so only the innermost call is timed, never a garbage span
+across calls; the outer returns are counted as "unmatched" (bcc's funclatency and bpftrace's
+@start[tid] leave them out too). Kernel return probes are kretprobes with 4096 slots, so threads
+asleep in FUNC do not make returns go missing; misses the kernel counts are reported as "lost".
 """
 
 from __future__ import annotations
@@ -40,5 +41,5 @@ def run(args) -> int:
     check_times(args)
     aggregation = Aggregation("latency", keys=parse_keys(args.by), unit=args.unit)
     top, build = builder(args)
-    targets = build.latency(args.function, args.filter)
+    targets = build.latency(args.function, aggregation, args.filter)
     return run_aggregation(args, f"latency {args.function}", aggregation, top, targets)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.tracefs import KernelRefused, Tracefs
-from kprobe_tui.kernel.triggers import SYNTHETIC_GROUP, remove_run_triggers, synthetic_run
+from kprobe_tui.kernel.triggers import SYNTHETIC_GROUP, remove_run_triggers, scoped_run
 from kprobe_tui.probes.render import unique_name
 from kprobe_tui.probes.spec import DEFAULT_PERSISTENT_GROUP, MAX_EVENT_NAME_LEN, CompiledProbe
 
@@ -44,6 +44,11 @@ def owner_of(group: str) -> str:
     return OTHERS
 
 
+def instance_run(name: str) -> str | None:
+    """The run an instance belongs to: its own name (``kptui_<pid>``), or a run's ``scoped_name``."""
+    return name if lifetime.owner_pid(name) is not None else scoped_run(name)
+
+
 @dataclass(frozen=True)
 class DynamicEvent:
     """One line of dynamic_events (or kprobe_events/uprobe_events on kernels without it)."""
@@ -61,7 +66,7 @@ class DynamicEvent:
     @property
     def owner(self) -> str:
         if self.group == SYNTHETIC_GROUP:  # one group for everyone's: the name says whose
-            run = synthetic_run(self.event)
+            run = scoped_run(self.event)
             return owner_of(run) if run else OTHERS
         return owner_of(self.group)
 
@@ -242,10 +247,11 @@ class Events:
             ) from exc
 
     def _buffers(self) -> list[Tracefs]:
-        """The top-level buffer, this run's instance and stale runs' instances: where our events may be on."""
+        """The top-level buffer, this run's instances and stale runs' instances: where our events may be on."""
         buffers = [self.tracefs]
         for name in self._instance_names():
-            if name == lifetime.run_name() or lifetime.is_stale(name):
+            run = instance_run(name)
+            if run is not None and (run == lifetime.run_name() or lifetime.is_stale(run)):
                 buffers.append(Tracefs(self.tracefs.path(f"instances/{name}")))
         return buffers
 
@@ -264,14 +270,14 @@ class Events:
         return sorted({e.group for e in self.stale_events() if e.group != SYNTHETIC_GROUP})
 
     def stale_instances(self) -> list[str]:
-        return [name for name in self._instance_names() if lifetime.is_stale(name)]
+        return [name for name in self._instance_names() if (run := instance_run(name)) and lifetime.is_stale(run)]
 
     def cleanup(self) -> tuple[list[str], list[DynamicEvent]]:
         """Remove what dead runs left: their triggers, then their instances (that disables events in
         them), then their probes and synthetic events (the kernel refuses those while a trigger is on)."""
         instances = self.stale_instances()
         for name in instances:
-            remove_run_triggers(self.tracefs, name, name)
+            remove_run_triggers(self.tracefs, name, instance_run(name))
             try:
                 os.rmdir(self.tracefs.path(f"instances/{name}"))
             except OSError as exc:

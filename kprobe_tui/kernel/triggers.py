@@ -7,9 +7,12 @@ synthetic event it generates, and all of it before the instance and the probes (
 refuses to delete while a trigger is attached: EBUSY).
 
 Ours are recognised by place and name, never by the look of a trigger: triggers on our run's
-own events (group ``kptui_<pid>``) and on our synthetic events (``kptui_<pid>__<what>``) in our
-run's instance. After SIGKILL, ``remove_run_triggers`` takes those out of the dead run's instance,
-in whatever order the kernel accepts, so the instance can be removed; other triggers are left.
+own events (group ``kptui_<pid>``) and on our synthetic events in our run's instances. A run's
+synthetic events and its extra instances (one per aggregation: each has its own trace_pipe and
+triggers) are named ``kptui_<pid>__<what>`` (``scoped_name``), so they are known as the run's
+after it is gone. After SIGKILL, ``remove_run_triggers`` takes the run's triggers out of a dead
+run's instance, in whatever order the kernel accepts, so the instance can be removed; other
+triggers are left.
 """
 
 from __future__ import annotations
@@ -24,13 +27,13 @@ _SEPARATOR = "__"
 _STATES = (" [active]", " [paused]")
 
 
-def synthetic_name(what: str, run: str | None = None) -> str:
-    """A synthetic event name that says which run made it: ``kptui_<pid>__<what>``."""
+def scoped_name(what: str, run: str | None = None) -> str:
+    """A name that says which run made it: ``kptui_<pid>__<what>`` (synthetic events, extra instances)."""
     return f"{run or lifetime.run_name()}{_SEPARATOR}{what}"
 
 
-def synthetic_run(name: str) -> str | None:
-    """The run a synthetic event belongs to, or None when it is not one of ours."""
+def scoped_run(name: str) -> str | None:
+    """The run a ``scoped_name`` belongs to, or None when it is not one of ours."""
     run, sep, _ = name.rpartition(_SEPARATOR)
     return run if sep and lifetime.owner_pid(run) is not None else None
 
@@ -58,7 +61,7 @@ class Triggers:
 
     def define_synthetic(self, name: str, definition: str) -> int:
         """``synthetic_events`` gets ``definition``; the undo token removes it."""
-        if synthetic_run(name) != lifetime.run_name():
+        if scoped_run(name) != lifetime.run_name():
             raise UserError(f"synthetic event {name!r} is not named for this run")
         if not self.top.exists("synthetic_events"):
             raise UserError("this kernel has no synthetic_events (CONFIG_SYNTH_EVENTS)", "use --engine user")
@@ -123,7 +126,7 @@ def _owned_events(instance: Tracefs, run: str) -> list[tuple[str, str]]:
         if not directory.is_dir():
             continue
         for event in sorted(os.listdir(directory)):
-            if group == run or synthetic_run(event) == run:
+            if group == run or scoped_run(event) == run:
                 found.append((group, event))
     return found
 

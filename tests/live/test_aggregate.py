@@ -33,7 +33,7 @@ def leftovers(root: Path, name: str) -> list[str]:
     """What a run named ``name`` (kptui_<pid>) left: probes, synthetic events, its instance."""
     lines = [line for file in ("uprobe_events", "dynamic_events") for line in (root / file).read_text().splitlines()
              if f"{name}/" in line or f"{name}__" in line]
-    return lines + ([f"instance {name}"] if (root / "instances" / name).exists() else [])
+    return lines + [f"instance {n}" for n in os.listdir(root / "instances") if n == name or n.startswith(f"{name}__")]
 
 
 @pytest.fixture
@@ -155,7 +155,7 @@ def test_sigkill_then_cleanup_removes_everything(program, tracefs_root, clean):
     run.finish(signal.SIGKILL)
     assert leftovers(tracefs_root, run.name)
     result = subprocess.run([sys.executable, "-m", "kprobe_tui", "cleanup"], cwd=PROJECT, capture_output=True, text=True)
-    assert result.returncode == 0 and f"removed instance {run.name}" in result.stdout, result.stdout + result.stderr
+    assert result.returncode == 0 and f"removed instance {run.name}__agg1" in result.stdout, result.stdout + result.stderr
     assert f"removed {run.name}/work" in result.stdout
 
 

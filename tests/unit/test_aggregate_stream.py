@@ -136,3 +136,17 @@ def test_a_view_filter_applies_where_the_kernel_could_not():
     expected = sum(1 for text in lines if (": nap: " in text) or (
         "port=13568" in text and int(text.split(" len=")[1].split()[0]) > 0))
     assert result.count == expected and aggregator.fast_blocks == 0
+
+
+def test_latency_by_the_comm_both_probes_captured():
+    """By comm, entry and return capture $comm: the comm at the return, as the kernel engine keys it."""
+    aggregation = Aggregation("latency", keys=(Field("comm"),))
+    lines = []
+    for i in range(300):
+        comm = COMMS[i % len(COMMS)]
+        body = "(0x55663694b159)" if i % 2 == 0 else "(0x55663694b202 <- 0x55663694b159)"
+        lines.append(line("renamed", 9, 100 * i, "nap" if i % 2 == 0 else "nap__return", f'{body} kptui_comm="{comm}"'))
+    roles = [EventRole("nap", "nap", "entry"), EventRole("nap__return", "nap", "return")]
+    fast, general = both_paths(aggregation, lines, roles, {"comm": "kptui_comm"})
+    assert fast == general and fast.count == 150
+    assert {entry.key[0] for entry in fast.entries} == {COMMS[i % len(COMMS)] for i in range(1, 300, 2)}

@@ -6,12 +6,15 @@
  *   aggregate sleep N MS nap() N times, each sleeping MS milliseconds
  *   aggregate recurse N  rec(3) N times: nested calls, the innermost sleeps 2 ms, the others 1 ms
  *   aggregate flood N    work() N times, nothing else (benchmarks)
+ *   aggregate read N SIZE  as comm "kpt-reader", N reads of SIZE bytes from /dev/zero (vfs_read's count)
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/prctl.h>
 #include <time.h>
+#include <unistd.h>
 
 __attribute__((noinline)) long work(long len, unsigned short port)
 {
@@ -63,6 +66,15 @@ int main(int argc, char **argv)
     } else if (!strcmp(mode, "recurse")) {
         for (long i = 0; i < n; i++)
             sum += rec(3);
+    } else if (!strcmp(mode, "read")) {
+        long size = argc > 3 ? atol(argv[3]) : 3000;
+        char *buffer = malloc(size);
+        int fd = open("/dev/zero", O_RDONLY);
+        if (!buffer || fd < 0)
+            return 1;
+        prctl(PR_SET_NAME, "kpt-reader");
+        for (long i = 0; i < n; i++)
+            sum += read(fd, buffer, size);
     } else if (!strcmp(mode, "flood")) {
         for (long i = 0; i < n; i++)
             sum += work(i & 1023, 0x3500);
