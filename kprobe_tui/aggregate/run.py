@@ -59,6 +59,7 @@ class AggregationRun:
         self._created: list[DynamicEvent] = []
         self._total = Tally()
         self._misses = 0
+        self._kernel_filters: dict[str, str] = {}  # event -> the part of the filter its trigger applies
         self._started = self._last = 0.0
         self._lock = threading.Lock()
         self._running = False
@@ -109,7 +110,7 @@ class AggregationRun:
 
     def _plan_filter(self) -> str | None:
         """The filter's kernel text per event; returns why the kernel cannot say all of it (None: it can)."""
-        self._kernel_filters: dict[str, str] = {}
+        self._kernel_filters = {}
         if not self.filter_text:
             return None
         node = filterexpr.parse(self.filter_text)

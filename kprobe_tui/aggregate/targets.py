@@ -89,7 +89,8 @@ def filter_arguments(filter_text: str) -> list[str]:
     return names
 
 
-def _arg_name(arg: ProbeArg) -> str:
+def argument_name(arg: ProbeArg) -> str:
+    """The field an argument becomes in the event: its NAME=, or the name the compiler gives it."""
     return arg.name or default_arg_name(arg)
 
 
@@ -165,7 +166,7 @@ class TargetBuilder:
 
     def _single(self, words: list[str], wanted: list[str], targets: Targets, role: str, comm: bool = False) -> None:
         spec = parse_spec(words, binary=self.binary, group=self.group)
-        named = {_arg_name(arg): arg for arg in spec.args}
+        named = {argument_name(arg): arg for arg in spec.args}
         added = [parse_arg(name) for name in wanted if name not in named]
         if comm:
             added.append(parse_arg(f"{COMM_ARGUMENT}=$comm"))
@@ -177,7 +178,7 @@ class TargetBuilder:
         for probe in self._compile(spec):
             for fetch in probe.args:
                 if fetch.source is not None:
-                    targets.arguments.setdefault(_arg_name(fetch.source), fetch.name)
+                    targets.arguments.setdefault(argument_name(fetch.source), fetch.name)
             targets.items.append(Target(probe, spec.function or spec.place_text(), role))
 
     def _compile(self, spec: ProbeSpec) -> list[CompiledProbe]:

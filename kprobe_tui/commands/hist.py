@@ -8,7 +8,7 @@ per key with ``--by``; count, sum, min, max and average beside them.
 from __future__ import annotations
 
 from kprobe_tui.aggregate.model import Aggregation, Field, parse_linear
-from kprobe_tui.aggregate.targets import _arg_name
+from kprobe_tui.aggregate.targets import argument_name
 from kprobe_tui.commands.aggregation import add_common, builder, check_times, run_aggregation
 from kprobe_tui.commands.count import parse_keys
 from kprobe_tui.probes.spec import parse_arg
@@ -26,7 +26,7 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     check_times(args)
-    value = Field(_arg_name(parse_arg(args.field)))
+    value = Field(argument_name(parse_arg(args.field)))
     aggregation = Aggregation("hist", keys=parse_keys(args.by), value=value,
                               buckets=parse_linear(args.linear) if args.linear else None)
     top, build = builder(args)
