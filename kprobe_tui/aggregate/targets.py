@@ -177,7 +177,7 @@ class TargetBuilder:
             self._check_kernel_function(spec.function)
         for probe in self._compile(spec):
             for fetch in probe.args:
-                if fetch.source is not None:
+                if fetch.source is not None and fetch.name != COMM_ARGUMENT:  # comm is the model's "comm"
                     targets.arguments.setdefault(argument_name(fetch.source), fetch.name)
             targets.items.append(Target(probe, spec.function or spec.place_text(), role))
 
