@@ -40,6 +40,12 @@ def user_cpu() -> float:
 # -- 1. live flood -----------------------------------------------------------------------------------
 
 
+def say(line: str) -> str:
+    """Print a line as soon as it is measured (a guest run takes minutes), and keep it."""
+    print(line, flush=True)
+    return line
+
+
 def bench_flood(calls: int) -> list[str]:
     from kprobe_tui.aggregate.offer import detect
     from kprobe_tui.aggregate.run import AggregationRun
@@ -55,8 +61,8 @@ def bench_flood(calls: int) -> list[str]:
     questions = [("count by comm", Aggregation("count", keys=(Field("comm"),)), "count"),
                  ("hist of len", Aggregation("hist", value=Field("len")), "hist"),
                  ("count per probe", Aggregation("count", keys=(Field("probe"),)), "count")]
-    lines = [f"1. uprobe flood: work() called {calls:,} times; our user CPU (all threads) per million hits",
-             f"   kernel: {os.uname().release}; hist triggers: {'yes' if offer.hist_triggers else 'no'}"]
+    lines = [say(f"1. uprobe flood: work() called {calls:,} times; our user CPU (all threads) per million hits"),
+             say(f"   kernel: {os.uname().release}; hist triggers: {'yes' if offer.hist_triggers else 'no'}")]
     for name, model, kind in questions:
         for engine in ("kernel", "user"):
             builder = TargetBuilder(kernel, top.read("README"), lifetime.run_name(), binary=str(binary))
@@ -65,20 +71,23 @@ def bench_flood(calls: int) -> list[str]:
             try:
                 choice = run.start()
             except Exception as exc:  # this kernel cannot: say so and go on
-                lines.append(f"   {name:<16} {engine:<6} -- {getattr(exc, 'message', exc)}")
+                lines.append(say(f"   {name:<16} {engine:<6} -- {getattr(exc, 'message', exc)}"))
                 continue
             before, started = user_cpu(), time.perf_counter()
             flood = subprocess.Popen([str(binary), "flood", str(calls)], stdout=subprocess.DEVNULL)
+            samples = 1
             while flood.poll() is None:
                 time.sleep(1.0)
                 run.sample()
+                samples += 1
             final = run.stop()
             spent, wall = user_cpu() - before, time.perf_counter() - started
             hits = final.total.count
             lost = final.total.lost
             per_million = spent / hits * 1e6 if hits else float("nan")
-            lines.append(f"   {name:<16} {engine:<6} ({choice.method:<7}) {hits:>10,} hits {lost:>9,} lost  "
-                         f"user CPU {spent:6.2f} s = {per_million:7.3f} s per 1M hits   ({hits / wall:>9,.0f} hits/s)")
+            lines.append(say(f"   {name:<16} {engine:<6} ({choice.method:<7}) {hits:>9,} hits {lost:>7,} lost  "
+                             f"user CPU {spent:6.2f} s = {per_million:7.3f} s per 1M hits, {spent / samples * 1000:6.1f} ms "
+                             f"per sample x {samples}   ({hits / wall:>7,.0f} hits/s)"))
     return lines
 
 
@@ -133,9 +142,9 @@ def bench_replay(total: int) -> list[str]:
         ("latency", Aggregation("latency"), latency, pairs),
         ("latency by comm", Aggregation("latency", keys=(Field("comm"),)), latency, pairs),
     ]
-    lines = [f"2. replayed events ({total:,} lines in {BLOCK // 1024} KiB blocks, best of 3), events/s aggregated "
-             "(feed + take); target >= 1,000,000",
-             f"   {'':<22} {'fast path':>14} {'general path':>14} (an Event per line: the reference)"]
+    lines = [say(f"2. replayed events ({total:,} lines in {BLOCK // 1024} KiB blocks, best of 3), events/s aggregated "
+                 "(feed + take); target >= 1,000,000"),
+             say(f"   {'':<22} {'fast path':>14} {'general path':>14} (an Event per line: the reference)")]
     for name, model, roles, text in cases:
         rates = []
         data = blocks(text)
@@ -149,7 +158,7 @@ def bench_replay(total: int) -> list[str]:
                 aggregator.take()
                 best = min(best, time.perf_counter() - start)
             rates.append(total / best)
-        lines.append(f"   {name:<22} {rates[0]:>14,.0f} {rates[1]:>14,.0f}   = {rates[0] / rates[1]:.1f} x")
+        lines.append(say(f"   {name:<22} {rates[0]:>14,.0f} {rates[1]:>14,.0f}   = {rates[0] / rates[1]:.1f} x"))
     return lines
 
 
@@ -159,14 +168,12 @@ def main() -> int:
     parser.add_argument("--replay", type=int, default=1_000_000, help="lines replayed")
     parser.add_argument("--no-live", action="store_true", help="only the replay (no root needed)")
     args = parser.parse_args()
-    out = []
     if not args.no_live:
         if os.geteuid() != 0 or not Path("/sys/kernel/tracing/uprobe_events").exists():
-            out.append("1. live flood: skipped (needs root and uprobes)")
+            say("1. live flood: skipped (needs root and uprobes)")
         else:
-            out += bench_flood(args.calls)
-    out += bench_replay(args.replay)
-    print("\n".join(out))
+            bench_flood(args.calls)
+    bench_replay(args.replay)
     return 0
 
 

@@ -148,8 +148,11 @@ class KernelHistEngine(_InstanceOwner):
         tally = Tally()
         for target in self.targets:
             table = self._table(target.group, target.event, self._tables[target.event], self._strings[target.event])
+            values: dict[tuple, Counter] = {}
             for key, hits in self._new_hits(target.event, table):
-                self._add(tally, target, key, hits, self._layouts[target.event])
+                self._add(tally, values, target, key, hits, self._layouts[target.event])
+            for key, counted in values.items():  # one merge per key, not per distinct value
+                tally.cell(key).add_values(counted)
             tally.dropped += self._new_dropped(target.event, table)
         return tally
 
@@ -173,8 +176,8 @@ class KernelHistEngine(_InstanceOwner):
         self._dropped[name] += new
         return new
 
-    def _add(self, tally: Tally, target: Target, kernel_key: tuple, hits: int, layout: dict) -> None:
-        """One table entry's new hits, as a model key (and value)."""
+    def _add(self, tally: Tally, values: dict, target: Target, kernel_key: tuple, hits: int, layout: dict) -> None:
+        """One table entry's new hits, as a model key (and, for a histogram, a value into ``values``)."""
         parts = iter(kernel_key)
         key = []
         for field in self.aggregation.keys:
@@ -191,7 +194,7 @@ class KernelHistEngine(_InstanceOwner):
                 key.append(_number(raw, layout.get(argument)) if isinstance(raw, int) else raw)
         if self.aggregation.kind == "hist":
             value = _number(next(parts), layout.get(self.arguments[self.aggregation.value.name]))
-            tally.cell(tuple(key)).add_values(Counter({value: hits}))
+            values.setdefault(tuple(key), Counter())[value] += hits
         else:
             tally.count(tuple(key), hits)
 
