@@ -149,8 +149,8 @@ class KernelHistEngine(_InstanceOwner):
         for target in self.targets:
             table = self._table(target.group, target.event, self._tables[target.event], self._strings[target.event])
             values: dict[tuple, Counter] = {}
-            for key, hits in self._new_hits(target.event, table):
-                self._add(tally, values, target, key, hits, self._layouts[target.event])
+            for entry, hits in self._new_hits(target.event, table):
+                self._add(tally, values, target, entry.key, hits, self._layouts[target.event])
             for key, counted in values.items():  # one merge per key, not per distinct value
                 tally.cell(key).add_values(counted)
             tally.dropped += self._new_dropped(target.event, table)
@@ -164,12 +164,13 @@ class KernelHistEngine(_InstanceOwner):
         raise UserError(f"the hist table of {group}/{event} is gone (its trigger was removed by someone else)")
 
     def _new_hits(self, name: str, table: HistTable):
+        """(entry, hits since the last collect) of each table entry that had any."""
         seen = self._seen.setdefault(name, Counter())
         for entry in table.entries:
             new = entry.hitcount - seen[entry.key]
             if new > 0:
                 seen[entry.key] = entry.hitcount
-                yield entry.key, new
+                yield entry, new
 
     def _new_dropped(self, name: str, table: HistTable) -> int:
         new = max(0, table.dropped - self._dropped[name])
@@ -206,19 +207,21 @@ class KernelHistEngine(_InstanceOwner):
         tables = parse_hist(self.triggers.hist("synthetic", plan.synthetic.name), frozenset({SYNTHETIC_COMM}))
         table = self._table("synthetic", plan.synthetic.name, plan.table, tables=tables)
         tally = Tally()
-        for kernel_key, hits in self._new_hits("latency", table):
-            total = next(e.values.get("lat", 0) for e in table.entries if e.key == kernel_key)
-            *by, bucket = kernel_key
-            tally.cell(self._latency_key(by)).add_grouped(bucket, hits, total - self._sums[kernel_key])
-            self._sums[kernel_key] = total
+        for entry, hits in self._new_hits("latency", table):
+            *by, bucket = entry.key  # by: comm (the synthetic event's string) or pid, in the model's order
+            total = entry.values.get("lat", 0)
+            tally.cell(tuple(by)).add_grouped(bucket, hits, total - self._sums[entry.key])
+            self._sums[entry.key] = total
         for tracker, token in old:
             is_high = tracker.variables[0][1] == "lat"
             found = next((t for t in tables if tracker.matches(t)), None)
             for entry in found.entries if found else ():
-                if "max" in entry.extras:
-                    value = entry.extras["max"] if is_high else (_U64 - entry.extras["max"]) % _U64
-                    key = self._latency_key(list(entry.key)) if plan.by else ()
-                    tally.cell(key).extend(None if is_high else value, value if is_high else None)
+                # onmax() saves only a value above the one before, which starts at 0: an entry with no
+                # "max" only ever saw 0 (every latency 0, in ms of a fast function, say).
+                seen = entry.extras.get("max", 0)
+                value = seen if is_high else (_U64 - seen) % _U64
+                key = tuple(entry.key) if plan.by else ()
+                tally.cell(key).extend(None if is_high else value, value if is_high else None)
             self.drop(token)
         returns = self._table(plan.returns.group, plan.returns.event, plan.returns)
         unmatched = max(0, returns.hits - table.hits)
@@ -226,9 +229,6 @@ class KernelHistEngine(_InstanceOwner):
         self._unmatched = max(unmatched, self._unmatched)
         tally.dropped = self._new_dropped("latency", table)
         return tally
-
-    def _latency_key(self, by: list) -> tuple:
-        return tuple(by)  # comm (the synthetic event's string) or pid, in the model's order
 
 
 class ProfileEngine(_InstanceOwner):
