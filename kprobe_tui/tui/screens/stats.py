@@ -36,7 +36,7 @@ from kprobe_tui.tui.screens.probes import edit_target
 from kprobe_tui.tui.widgets.stats_table import StatsTable
 
 REFRESH_SECONDS = 1.0
-RATE_SECONDS = 120  # sparkline history
+RATE_SECONDS = 60  # sparkline history, as the events screen keeps it
 LINEAR_BUCKETS = 10  # a linear scale derived from the values seen: about this many buckets
 
 
@@ -122,7 +122,8 @@ class StatsRequest:
         what = {"count": "count", "latency": "latency of", "hist": f"{self.value} at"}[self.kind]
         scale = "" if self.kind == "count" else (f" · linear {self.linear.low}..{self.linear.high} step "
                                                   f"{self.linear.step}" if self.linear else " · log2")
-        return f"{what} {self.function if self.kind == 'latency' else self.spec[0]} · by {self.key or 'nothing'}{scale}"
+        by = f" · by {self.key}" if self.key else ""
+        return f"{what} {self.function if self.kind == 'latency' else self.spec[0]}{by}{scale}"
 
 
 def probe_request(event: DynamicEvent) -> StatsRequest:
@@ -207,7 +208,7 @@ class StatsScreen(Screen):
 
     DEFAULT_CSS = """
     StatsScreen #title { height: 1; padding: 0 1; background: $panel; text-wrap: nowrap; text-overflow: ellipsis; }
-    StatsScreen #engine { height: auto; max-height: 2; padding: 0 1; color: $text-muted; }
+    StatsScreen #engine { height: auto; max-height: 3; padding: 0 1; color: $text-muted; }
     StatsScreen #engine.error { color: $error; max-height: 4; }
     StatsScreen #rate-row { height: 1; }
     StatsScreen #rate { width: 20; padding: 0 1; text-wrap: nowrap; }
@@ -343,7 +344,10 @@ class StatsScreen(Screen):
         result = self.result
         rate = self.sample.rate if self.sample is not None else 0.0
         self.query_one("#rate", Static).update(plain(f"{rate:,.0f} hits/s"))
-        self.query_one("#rates", Sparkline).data = self.rates[-RATE_SECONDS:] or [0.0]
+        # padded: a sparkline stretches a short history over its width. All zero, it would draw full
+        # bars (no scale): an idle probe shows none
+        history = ([0.0] * RATE_SECONDS + self.rates)[-RATE_SECONDS:]
+        self.query_one("#rates", Sparkline).data = history if any(history) else []
         self.query_one(StatsTable).show(result, isinstance(request.linear, Linear))
         self.query_one("#summary", Static).update(plain(self._summary(result)))
 
@@ -352,7 +356,8 @@ class StatsScreen(Screen):
         if result is None:
             return ""
         if result.kind == "count":
-            text = f"count {result.count:,}" + (f" in {len(result.entries):,} keys" if result.key_names else "")
+            keys = len(result.entries)
+            text = f"count {result.count:,}" + (f" in {keys:,} key{'s' if keys != 1 else ''}" if result.key_names else "")
         else:
             text = stats_line(result.total, result.unit)
         notes = [f"{name} {getattr(result, name):,}" for name in ("lost", "dropped", "unmatched") if getattr(result, name)]

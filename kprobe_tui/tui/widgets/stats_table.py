@@ -45,11 +45,14 @@ def count_rows(result: Result, width: int, height: int) -> list[Text]:
     """Keys with the most hits first: a header, then as many as fit, then how many more."""
     if not result.key_names:
         return [Text(f"hits {result.count:,}", style="bold")]
-    header = Text("  ".join(name.upper() for name in result.key_names), style="bold")
     entries = list(result.entries)
     room = max(1, height - 1)
     shown = entries if len(entries) <= room else entries[: room - 1]
-    rows = [header, *_rows([_key_text(entry.key) for entry in shown], [entry.count for entry in shown], width)]
+    body = _rows([_key_text(entry.key) for entry in shown], [entry.count for entry in shown], width)
+    names = ", ".join(name.upper() for name in result.key_names)
+    counted = body[0].plain.find("|") if shown else len(names) + 1  # COUNT ends where the bars start
+    header = Text(f"{names} {'COUNT':>{max(5, counted - len(names) - 2)}}", style="bold")
+    rows = [header, *body]
     left = entries[len(shown):]
     more = sum(entry.count for entry in left) + result.others
     if left or result.others:
@@ -76,7 +79,7 @@ def distribution_rows(result: Result, linear: bool, width: int, height: int) -> 
 
 def result_rows(result: Result | None, linear: bool, width: int, height: int) -> list[Text]:
     if result is None:
-        return [Text("starting…", style="dim")]
+        return []
     if result.kind == "count":
         return count_rows(result, width, height)
     return distribution_rows(result, linear, width, height)
