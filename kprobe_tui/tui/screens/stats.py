@@ -141,7 +141,8 @@ def probe_request(event: DynamicEvent) -> StatsRequest:
 
 def nice_linear(low: int | None, high: int | None, buckets: int = LINEAR_BUCKETS) -> Linear:
     """A linear scale over the values seen, with a round step (1, 2 or 5 times a power of ten)."""
-    low, high = low or 0, max(high or 0, (low or 0) + 1)
+    low = low or 0
+    high = max(high or 0, low)  # the largest value seen: the last bucket holds it
     span = high - low + 1
     step, scale = 1, 1
     while step * buckets < span:
