@@ -127,10 +127,31 @@ async def test_from_the_probes_panel_counts_per_comm_then_per_captured_field(wor
         run_workload(work_probe, "values", "100")
         await answered(pilot, screen, 100)
         assert counts(screen) == LEN_VALUES
-        assert drawn(screen).splitlines()[0].strip() == "LEN"
+        assert drawn(screen).splitlines()[0].split() == ["LEN", "COUNT"]
         await closed(pilot, screen)
     assert [e.full_name for e in Events(Tracefs(tracefs_root)).list() if str(work_probe) in e.definition] == [
         f"{ADMIN}/work"]
+
+
+async def test_from_the_events_screen_the_probe_being_tailed(work_probe):
+    """``a`` while tailing one probe: the view of that probe, counting by comm; the tail goes on beside it."""
+    from kprobe_tui.tui.screens.events import EventsScreen
+
+    app = KprobeTui(locate(), BinaryCatalog(str(work_probe)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.tail([f"{ADMIN}/work"])
+        await pilot.pause()
+        events = app.screen
+        assert isinstance(events, EventsScreen)
+        await pilot.press("a")
+        screen = await running(pilot)
+        assert screen.request.spec == ("work", "len=%di:s64", "port=%si:u16") and screen.request.key == "comm"
+        run_workload(work_probe, "values", "100")
+        await answered(pilot, screen, 100)
+        assert counts(screen) == {"kpt-alpha": 50, "kpt beta-2": 50}
+        await closed(pilot, screen)
+        assert app.screen is events
+        await until(pilot, lambda: events.store.total == 100, "the tail's own 100 events")
 
 
 async def test_histogram_of_a_field_log2_then_linear(work_probe):

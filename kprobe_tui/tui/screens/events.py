@@ -70,7 +70,7 @@ class EventsScreen(Screen):
         Binding("p", "pause", "Pause"),
         Binding("enter,d", "toggle_detail", "Detail"),
         Binding("s", "toggle_stack", "Stacks"),
-        Binding("a", "stats", "Stats"),
+        Binding("a", "stats", "Stats", show=False),  # listed by help and the palette; the footer is full
         Binding("x", "export('jsonl')", "Export"),
         Binding("X", "export('csv')", "CSV", show=False),
     ]

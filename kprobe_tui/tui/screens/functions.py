@@ -27,8 +27,8 @@ class FunctionsScreen(Screen):
         Binding("tab", "focus_next", "Next pane", show=False),
         Binding("n", "show_notes", "Notes", show=False),
         Binding("p", "build_probe", "Probe"),
-        Binding("c", "count_calls", "Count calls"),
-        Binding("L", "latency", "Latency"),
+        Binding("c", "count_calls", "Count calls", show=False),  # in help and the palette; the footer is full
+        Binding("L", "latency", "Latency", show=False),
     ]
 
     def __init__(self, catalog_loader) -> None:

@@ -181,7 +181,7 @@ class ProbesScreen(Screen):
         Binding("slash", "focus_filter", "Filter"),
         Binding("space", "toggle", "On/off"),
         Binding("t", "tail", "Tail"),
-        Binding("a", "stats", "Stats"),
+        Binding("a", "stats", "Stats", show=False),  # listed by help and the palette; the footer is full
         Binding("e", "events", "Events", show=False),
         Binding("b", "edit", "Edit"),
         Binding("d,delete", "delete", "Delete"),
