@@ -116,6 +116,7 @@ async def test_from_the_probes_panel_counts_per_comm_then_per_captured_field(wor
         screen = await running(pilot)
         assert screen.choice.engine == "user" and "no hist triggers" in screen.choice.reason
         assert "user engine: this kernel has no hist triggers" in str(screen.query_one("#engine").render())
+        assert screen.runner.native_id in screen.runner.run.engine.instance.excluded_threads  # never counts itself
         run_workload(work_probe, "values", "100")
         await answered(pilot, screen, 100)
         assert counts(screen) == {"kpt-alpha": 50, "kpt beta-2": 50}
@@ -242,8 +243,8 @@ async def test_a_flood_leaves_the_view_responsive(program, clean):
         screen = await running(pilot)
         flood = subprocess.Popen([str(program), "flood", "100000000"], stdout=subprocess.DEVNULL)
         try:
-            await until(pilot, lambda: screen.sample is not None and screen.sample.rate > 20_000,
-                        "a flood of more than 20k hits/s")
+            await until(pilot, lambda: screen.sample is not None and screen.sample.rate > 10_000,
+                        "a flood of more than 10k hits/s")
             await pilot.press("i")
             assert "last second" in str(screen.query_one("#title").render())
             await pilot.press("k")

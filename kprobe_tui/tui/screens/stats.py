@@ -2,7 +2,7 @@
 
 A view of the aggregation pipeline the CLI runs (``aggregate.run.AggregationRun``): the same
 targets, the same engines, the same ``Result``. The run is started, sampled once a second and
-stopped in worker threads; samples come back to the UI thread with ``call_from_thread``. Whatever
+stopped off the UI thread (``StatsRunner``); samples come back with ``call_from_thread``. Whatever
 the view starts (probes, an instance, triggers, synthetic events) goes when it closes. Changing
 the key, the value or the buckets starts a new run (the kernel engine's triggers are made for one
 question); interval or cumulative is only a choice of what to show.
@@ -10,12 +10,15 @@ question); interval or cumulative is only a choice of what to show.
 
 from __future__ import annotations
 
+import queue
 import shlex
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 
 from rich.text import Text
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
@@ -158,45 +161,90 @@ def nice_linear(low: int | None, high: int | None, buckets: int = LINEAR_BUCKETS
 
 
 class StatsRunner:
-    """At most one ``AggregationRun``, started, sampled and stopped from worker threads in turn."""
+    """A thread of its own starts the view's runs, samples them once a second and stops them, in turn.
 
-    def __init__(self, sources) -> None:
+    The thread exists before a run starts, so the run leaves it out with our other threads
+    (``common_pid != tid``): a worker thread per sample would be new each time, and sampling
+    ``latency vfs_read`` reads hist files with vfs_read, which would count our own reads. What
+    happens is told to ``report(kind, generation, *details)`` from this thread: ``started`` (the
+    choice, what a glob left out), ``sampled`` (a Sample, the hit rates) or ``failed`` (a message).
+    """
+
+    def __init__(self, sources, report: Callable[..., None], alive: Callable[[], bool]) -> None:
+        """``alive``: False once the app is gone (then the run stops, as on close)."""
         self.sources = sources
+        self.report = report
+        self.alive = alive
         self.run: AggregationRun | None = None
-        self.targets: Targets | None = None
         self.closed = threading.Event()  # set once everything the view made is gone
-        self._closing = False
-        self._lock = threading.Lock()
+        self._asks: queue.SimpleQueue = queue.SimpleQueue()  # (generation, request), or None: close
+        self._thread = threading.Thread(target=self._loop, name="kprobe-tui stats")
 
-    def start(self, request: StatsRequest) -> AggregationRun | None:
-        """Stop the previous run, start one for ``request`` (None once closing)."""
-        with self._lock:
-            self._stop()
-            if self._closing:
-                return None
+    @property
+    def native_id(self) -> int | None:
+        return self._thread.native_id
+
+    def ask(self, generation: int, request: StatsRequest) -> None:
+        """Replace the run by one for ``request`` (asks queued meanwhile: only the newest runs)."""
+        if self._thread.ident is None:
+            self._thread.start()
+        self._asks.put((generation, request))
+
+    def close(self) -> None:
+        """Stop the run and remove what it made, in the runner's thread (the caller does not wait)."""
+        if self._thread.ident is None:
+            self.closed.set()
+        else:
+            self._asks.put(None)
+
+    def _loop(self) -> None:
+        generation, due = 0, None  # due: when the next sample is taken (None: no run to sample)
+        try:
+            while self.alive():
+                try:
+                    ask = self._asks.get(timeout=REFRESH_SECONDS if due is None else max(0.0, due - time.monotonic()))
+                except queue.Empty:
+                    if due is not None:
+                        due = time.monotonic() + REFRESH_SECONDS if self._sample(generation) else None
+                    continue
+                asks = [ask]
+                while not self._asks.empty():
+                    asks.append(self._asks.get())
+                if None in asks:
+                    return
+                generation, request = asks[-1]
+                self._stop()
+                due = time.monotonic() + REFRESH_SECONDS if self._start(generation, request) else None
+        finally:
+            try:
+                self._stop()
+            finally:
+                self.closed.set()
+
+    def _start(self, generation: int, request: StatsRequest) -> bool:
+        try:
             top = self.sources.tracing()
             group = lifetime.run_name()
             builder = TargetBuilder(self.sources, top.read("README") if top.exists("README") else "", group,
                                     binary=request.binary, taken=[e.event for e in Events(top).events_in(group)])
-            self.targets = request.targets(builder)
-            run = AggregationRun(top, request.aggregation(), self.targets, engine=request.engine)
+            targets = request.targets(builder)
+            run = AggregationRun(top, request.aggregation(), targets, engine=request.engine)
             run.start()
-            self.run = run
-            return run
+        except UserError as exc:
+            self.report("failed", generation, str(exc))
+            return False
+        self.run = run
+        self.report("started", generation, run.choice, targets.skipped)
+        return True
 
-    def sample(self) -> tuple[Sample, list[float]] | None:
-        with self._lock:
-            if self.run is None:
-                return None
-            return self.run.sample(), list(self.run.rates)
-
-    def close(self) -> None:
+    def _sample(self, generation: int) -> bool:
         try:
-            with self._lock:
-                self._closing = True
-                self._stop()
-        finally:
-            self.closed.set()
+            sample = self.run.sample()
+        except UserError as exc:
+            self.report("failed", generation, str(exc))
+            return False
+        self.report("sampled", generation, sample, list(self.run.rates))
+        return True
 
     def _stop(self) -> None:
         run, self.run = self.run, None
@@ -228,7 +276,8 @@ class StatsScreen(Screen):
     def __init__(self, request: StatsRequest, sources=None) -> None:
         super().__init__()
         self.request = request
-        self.runner = StatsRunner(sources) if sources is not None else None
+        self.sources = sources
+        self.runner: StatsRunner | None = None
         self.interval = False  # show the last second (True) or everything since the start
         self.sample: Sample | None = None
         self.rates: list[float] = []
@@ -255,60 +304,35 @@ class StatsScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        if self.runner is not None:
+        if self.sources is not None:
+            app = self.app  # the runner's thread has no active app of its own
+            self.runner = StatsRunner(self.sources, partial(self._report, app), lambda: app.is_running)
             self._restart()
-            self.set_interval(REFRESH_SECONDS, self._tick)
         self._show()
 
     def on_unmount(self) -> None:
-        """The run stops off the UI thread (a user-space run lets its reader drain first)."""
+        """The run stops in the runner's thread (a user-space run lets its reader drain first)."""
         if self.runner is not None:
-            threading.Thread(target=self.runner.close, name="stats-close").start()
-
-    # --- the run (worker threads) -----------------------------------------------------------------
+            self.runner.close()
 
     def _restart(self) -> None:
         self._generation += 1
         self.sample, self.rates, self.choice, self.error, self.skipped = None, [], None, None, {}
-        self._start(self._generation, self.request)
+        self.runner.ask(self._generation, self.request)
         self._show()
 
-    @work(thread=True, exclusive=True, group="stats-start")
-    def _start(self, generation: int, request: StatsRequest) -> None:
+    def _report(self, app, kind: str, generation: int, *details) -> None:
+        """From the runner's thread: the news goes to the UI thread (dropped once the app is gone)."""
         try:
-            run = self.runner.start(request)
-        except UserError as exc:
-            self._post(self._failed, generation, str(exc))
-            return
-        if run is not None:
-            self._post(self._started, generation, run.choice, self.runner.targets)
-
-    def _tick(self) -> None:
-        if self.choice is not None and self.error is None:
-            self._sample(self._generation)
-
-    @work(thread=True, exclusive=True, group="stats-sample")
-    def _sample(self, generation: int) -> None:
-        try:
-            taken = self.runner.sample()
-        except UserError as exc:
-            self._post(self._failed, generation, str(exc))
-            return
-        if taken is not None:
-            self._post(self._sampled, generation, *taken)
-
-    def _post(self, callback, *args) -> None:
-        try:
-            self.app.call_from_thread(callback, *args)
-        except RuntimeError:  # the app is gone: nothing to show it on
+            app.call_from_thread(getattr(self, f"_{kind}"), generation, *details)
+        except RuntimeError:
             pass
 
     # --- results (UI thread) --------------------------------------------------------------------------
 
-    def _started(self, generation: int, choice: Choice, targets: Targets) -> None:
+    def _started(self, generation: int, choice: Choice, skipped: dict[str, list[str]]) -> None:
         if generation == self._generation:
-            self.choice = choice
-            self.skipped = targets.skipped
+            self.choice, self.skipped = choice, skipped
             self._show()
 
     def _sampled(self, generation: int, sample: Sample, rates: list[float]) -> None:
