@@ -27,6 +27,8 @@ class FunctionsScreen(Screen):
         Binding("tab", "focus_next", "Next pane", show=False),
         Binding("n", "show_notes", "Notes", show=False),
         Binding("p", "build_probe", "Probe"),
+        Binding("c", "count_calls", "Count calls", show=False),  # in help and the palette; the footer is full
+        Binding("L", "latency", "Latency", show=False),
     ]
 
     def __init__(self, catalog_loader) -> None:
@@ -106,6 +108,32 @@ class FunctionsScreen(Screen):
         name = self.query_one(FunctionList).current
         if name is not None:
             self.app.open_builder(name)
+
+    def action_count_calls(self) -> None:
+        """The statistics view counting calls of every function the filter matches (a glob)."""
+        from kprobe_tui.tui.screens.stats import StatsRequest, open_stats
+
+        query = self.query_one("#filter", Input).value.strip()
+        if not query or self.mode == "fuzzy":
+            self.notify("count calls takes the filter as a glob: type one (tcp_*), in substring or glob mode",
+                        severity="warning")
+            return
+        pattern = query if self.mode == "glob" or any(c in query for c in "*?[") else f"*{query}*"
+        glob = any(c in pattern for c in "*?[")
+        open_stats(self.app, StatsRequest((pattern,), self._binary(), key="probe" if glob else None))
+
+    def action_latency(self) -> None:
+        """The statistics view of the highlighted function's latency, entry to return."""
+        from kprobe_tui.tui.screens.stats import StatsRequest, open_stats
+
+        name = self.query_one(FunctionList).current
+        if name is not None:
+            open_stats(self.app, StatsRequest((name,), self._binary(), function=name, key=None, value="latency"))
+
+    def _binary(self) -> str | None:
+        """The program browsed with -x (its functions get uprobes), None for the kernel."""
+        binary = getattr(self.app, "binary", None)
+        return str(binary.path) if binary is not None else None
 
     def action_focus_filter(self) -> None:
         self.query_one("#filter", Input).focus()

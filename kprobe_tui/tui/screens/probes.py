@@ -181,6 +181,7 @@ class ProbesScreen(Screen):
         Binding("slash", "focus_filter", "Filter"),
         Binding("space", "toggle", "On/off"),
         Binding("t", "tail", "Tail"),
+        Binding("a", "stats", "Stats", show=False),  # listed by help and the palette; the footer is full
         Binding("e", "events", "Events", show=False),
         Binding("b", "edit", "Edit"),
         Binding("d,delete", "delete", "Delete"),
@@ -465,3 +466,15 @@ class ProbesScreen(Screen):
         app = self.app
         app.push_screen(EditBuilder(event, self.events, target, sources=getattr(app, "sources", None),
                                     vmlinux=getattr(app, "vmlinux", None)))
+
+    def action_stats(self) -> None:
+        """The statistics view of the highlighted probe."""
+        from kprobe_tui.tui.screens.stats import open_stats, probe_request
+
+        event = self.current()
+        if event is None:
+            return
+        try:
+            open_stats(self.app, probe_request(event))
+        except UserError as exc:
+            self._say(str(exc), "error")
