@@ -552,7 +552,8 @@ def _http_time(value: str | None) -> float | None:
 
 
 def _check_build_id(path: Path, build_id: str, url: str) -> None:
-    from kprobe_tui.debuginfo.locate import ElfSections, NotElf
+    from kprobe_tui.debuginfo.locate import ElfSections
+    from kprobe_tui.elf import NotElf
 
     try:
         found = ElfSections(path).build_id()

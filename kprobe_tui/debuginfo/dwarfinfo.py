@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import mmap
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache, cached_property
 from pathlib import Path
@@ -619,60 +619,6 @@ def location_ranges(die, units: Units) -> list[tuple[int, int]] | None:
     if not isinstance(entries, LocationList):
         return None
     return [(low, high) for low, high, _ in entries]
-
-
-# ---- symbols -----------------------------------------------------------------------------
-
-
-@dataclass
-class Symbol:
-    name: str
-    address: int
-    size: int
-
-
-class SymbolTable:
-    """FUNC symbols from .symtab (else .dynsym), read with struct: pyelftools takes seconds here.
-
-    ``sections`` places a relocatable file's symbols where its DWARF was relocated to."""
-
-    def __init__(self, elf: ELFFile, mm: mmap.mmap, sections=None) -> None:
-        self._entries: list[tuple[int, int, int]] = []  # (st_name, address, size)
-        self._strtab = b""
-        section = elf.get_section_by_name(".symtab") or elf.get_section_by_name(".dynsym")
-        if section is None or section.header.sh_type == "SHT_NOBITS":
-            return
-        strtab = elf.get_section(section.header.sh_link)
-        self._strtab = mm[strtab.header.sh_offset : strtab.header.sh_offset + strtab.header.sh_size]
-        data = mm[section.header.sh_offset : section.header.sh_offset + section.header.sh_size]
-        STT_FUNC = 2
-        for st_name, st_info, _other, shndx, value, size in struct.iter_unpack("<IBBHQQ", data):
-            address = sections.symbol_address(shndx, value) if sections is not None else value
-            if st_info & 0xF == STT_FUNC and shndx != 0 and address:
-                self._entries.append((st_name, address, size))
-
-    @cached_property
-    def _by_address(self) -> tuple[list[int], list[tuple[int, int, int]]]:
-        entries = sorted(self._entries, key=lambda e: e[1])
-        return [e[1] for e in entries], entries
-
-    def containing(self, address: int) -> Symbol | None:
-        starts, entries = self._by_address
-        i = bisect.bisect_right(starts, address) - 1
-        while i >= 0 and entries[i][1] == starts[i]:
-            st_name, value, size = entries[i]
-            if value <= address < value + max(size, 1):
-                end = self._strtab.index(b"\0", st_name)
-                return Symbol(self._strtab[st_name:end].decode(errors="replace"), value, size)
-            if value < address - (1 << 20):
-                break
-            i -= 1
-        return None
-
-    def names(self) -> Iterator[tuple[str, int]]:
-        for st_name, value, _ in self._entries:
-            end = self._strtab.index(b"\0", st_name)
-            yield self._strtab[st_name:end].decode(errors="replace"), value
 
 
 @dataclass

@@ -28,6 +28,8 @@ from kprobe_tui.debuginfo.locate import (
     find_vmlinux,
     source_path,
 )
+from kprobe_tui.debuginfo.symbols import FunctionSymbols
+from kprobe_tui.elf import ElfFile
 from kprobe_tui.errors import UserError
 
 Op = tuple[str, list[Any]]
@@ -164,8 +166,8 @@ class DebugInfo:
 
     @cached_property
     @reports_corruption(_debug_file)
-    def symbols(self) -> dw.SymbolTable:
-        return dw.SymbolTable(self.elf, self._mm, getattr(self.dwarf, "sections", None))
+    def symbols(self) -> FunctionSymbols:
+        return FunctionSymbols(ElfFile(self.located.debug_file, self._mm), getattr(self.dwarf, "sections", None))
 
     @cached_property
     @reports_corruption(_debug_file)
@@ -284,11 +286,7 @@ class DebugInfo:
     @cached_property
     def _load_segments(self) -> list[tuple[int, int, int]]:
         """(vaddr, memsz, offset) of the probed binary's PT_LOAD segments (not the debug file's)."""
-        from elftools.elf.elffile import ELFFile
-
-        with open(self.located.binary, "rb") as stream:
-            return [(s.header.p_vaddr, s.header.p_memsz, s.header.p_offset)
-                    for s in ELFFile(stream).iter_segments() if s.header.p_type == "PT_LOAD"]
+        return [(s.vaddr, s.memsz, s.offset) for s in ElfFile(self.located.binary).load_segments()]
 
     def file_offset(self, address: int) -> int | None:
         """The file offset of a virtual address in the probed binary (what uprobe_events takes)."""

@@ -25,12 +25,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from kprobe_tui.elf import SHN_ABS, SHN_LORESERVE, SymbolTable
 from kprobe_tui.errors import UserError
 
 SHF_ALLOC = 0x2
 SHF_COMPRESSED = 0x800
 SHT_RELA = 4
-SHN_LORESERVE, SHN_ABS = 0xFF00, 0xFFF1
 ELFCOMPRESS_ZLIB, ELFCOMPRESS_ZSTD = 1, 2
 EM_X86_64 = 62
 # x86-64 relocation types found in debug sections: (struct format of the field, pc-relative)
@@ -136,9 +136,10 @@ class DebugSections:
         cached = self._symbols_cache.get(symtab_index)
         if cached is None:
             header = self.elf.get_section(symtab_index).header
-            data = self.mm[header.sh_offset : header.sh_offset + header.sh_size]
+            table = SymbolTable(self.mm[header.sh_offset : header.sh_offset + header.sh_size], b"",
+                                self.elf.elfclass == 64, self._order)
             cached = [self.symbol_address(shndx, value) if shndx != SHN_ABS else value
-                      for _name, _info, _other, shndx, value, _size in struct.iter_unpack(self._order + "IBBHQQ", data)]
+                      for _name, _info, _other, shndx, value, _size in table.rows()]
             self._symbols_cache[symtab_index] = cached
         return cached
 

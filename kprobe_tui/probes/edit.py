@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.events import DynamicEvent, kind_of
-from kprobe_tui.probes.compile import ElfSymbols
+from kprobe_tui.probes.symbols import ElfSymbols
 
 EDITABLE_KINDS = "prf"  # what the builder makes: kprobes, uprobes, fprobes (and their return forms)
 
