@@ -85,7 +85,7 @@ class ElfHeader:
 
 
 class Section(NamedTuple):  # a tuple: an ELF file has dozens, a debug vmlinux ~80 (a dataclass costs 3x)
-    index: int
+    number: int  # its index in the section table (readelf's [Nr]); tuple.index is taken
     name: str
     type: int
     flags: int
@@ -149,6 +149,7 @@ class ElfFile:
             raise NotElf(f"{size} bytes at offset {offset} are beyond the end of the file ({self.file_size} bytes)")
 
     def _slice(self, offset: int, size: int) -> bytes:
+        assert self._buffer is not None  # only called when the file came mapped
         self._check_span(offset, size)
         return bytes(self._buffer[offset : offset + size])
 

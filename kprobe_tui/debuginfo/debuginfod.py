@@ -525,7 +525,7 @@ def _reason(exc: BaseException) -> str:
 
 def _resumes_at(response, done: int) -> bool:
     match = re.match(r"bytes (\d+)-", response.headers.get("Content-Range", ""))
-    return bool(match) and int(match[1]) == done
+    return match is not None and int(match[1]) == done
 
 
 def _total(response, done: int) -> int | None:

@@ -22,7 +22,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 from kprobe_tui.elf import SHT_NOTE, ElfFile, NotElf, Section
 from kprobe_tui.errors import UserError
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     # A Client, or what makes one when it is first needed: most runs find everything on disk and
     # never pay for importing the client (urllib, ssl).
-    Debuginfod = Client | Callable[[], Client] | None
+    Debuginfod: TypeAlias = Client | Callable[[], Client] | None
 
 DEBUG_ROOT = Path("/usr/lib/debug")
 KERNEL_NOTES = Path("/sys/kernel/notes")

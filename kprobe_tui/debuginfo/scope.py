@@ -96,7 +96,7 @@ SPEC_RE = re.compile(r"^(?P<func>[A-Za-z_][\w.]*)(?:@(?P<file>[^:%]+))?(?::(?P<l
 
 
 @dataclass
-class ProbeSpec:
+class PointSpec:
     """FUNC[@FILE][:RLN][%return], perf's probe point syntax for a function."""
 
     function: str
@@ -105,7 +105,7 @@ class ProbeSpec:
     is_return: bool = False
 
     @classmethod
-    def parse(cls, text: str) -> ProbeSpec:
+    def parse(cls, text: str) -> PointSpec:
         match = SPEC_RE.match(text)
         if not match or (match["line"] and match["ret"]):
             raise UserError(
@@ -304,9 +304,9 @@ class DebugInfo:
     # ---- probe points and variables ----
 
     @reports_corruption(_debug_file)
-    def probe_points(self, spec: str | ProbeSpec, externs: bool = False) -> list[ProbePoint]:
+    def probe_points(self, spec: str | PointSpec, externs: bool = False) -> list[ProbePoint]:
         """The addresses perf probe would use for a spec, each with the variables perf -V lists."""
-        spec = spec if isinstance(spec, ProbeSpec) else ProbeSpec.parse(spec)
+        spec = spec if isinstance(spec, PointSpec) else PointSpec.parse(spec)
         definitions = self.definitions(spec.function, spec.file)
         if not definitions:
             raise UserError(f"function {spec.function!r} not found in the debug info of {self.located.debug_file}",
@@ -338,7 +338,7 @@ class DebugInfo:
             unique.setdefault(point.address, point)
         return list(unique.values())
 
-    def _check_line_owns(self, unit: dw.CUData, spec: ProbeSpec, file: str, line: int, address: int) -> None:
+    def _check_line_owns(self, unit: dw.CUData, spec: PointSpec, file: str, line: int, address: int) -> None:
         """perf's verify_representive_line: refuse a line whose address maps back to another line."""
         from kprobe_tui.debuginfo.lines import line_info
 
@@ -368,7 +368,7 @@ class DebugInfo:
                 return candidate
         return chain[-1] if chain else None
 
-    def _point(self, scope, address: int, spec: ProbeSpec, line: int, file: str | None, externs: bool) -> ProbePoint:
+    def _point(self, scope, address: int, spec: PointSpec, line: int, file: str | None, externs: bool) -> ProbePoint:
         function = scope if dw.is_func_def(scope) else self.real_function_at(scope.cu, address)
         entry = dw.entry_pc(function, self.units) if function is not None else None
         if function is not None and entry is not None:

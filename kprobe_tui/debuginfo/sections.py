@@ -90,7 +90,8 @@ class DebugSections:
         address = self.layout.get(index, header.sh_addr)
         if not header.sh_flags & SHF_COMPRESSED and index not in self._rela_for:
             stream = MappedStream(self.mm, header.sh_offset, header.sh_size)
-            return DebugSectionDescriptor(stream, name, header.sh_offset, header.sh_size, address)
+            # pyelftools reads any stream with read/seek/tell; it names IO[bytes]
+            return DebugSectionDescriptor(stream, name, header.sh_offset, header.sh_size, address)  # type: ignore[arg-type]
         data = bytearray(self._contents(index, header))
         for rela in self._rela_for.get(index, ()):
             self._relocate(data, index, rela)

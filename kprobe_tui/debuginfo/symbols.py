@@ -63,6 +63,7 @@ class FunctionSymbols:
         while i >= 0:
             name_at, value, size = entries[i]
             if value <= address < value + max(size, 1):
+                assert self._table is not None  # there are entries only when there is a table
                 return FunctionSymbol(self._table.name(name_at), value, size)
             if value < address - _LONGEST_FUNCTION:
                 break

@@ -10,11 +10,14 @@ removed before the error goes up.
 
 from __future__ import annotations
 
+import builtins  # Events.list shadows the builtin in its annotations
 import fnmatch
+import functools
 import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import StrEnum
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import lifetime
@@ -22,18 +25,26 @@ from kprobe_tui.kernel.tracefs import KernelRefused, Tracefs
 from kprobe_tui.probes.render import unique_name
 from kprobe_tui.probes.spec import DEFAULT_PERSISTENT_GROUP, MAX_EVENT_NAME_LEN, CompiledProbe
 
-# Who a group belongs to, as ``list`` marks it.
-THIS_RUN = "this run"
-PERSISTENT = "kprobe-tui"
-OTHER_RUN = "other run"  # a live kprobe-tui process
-STALE = "stale"  # a kprobe-tui run that died without cleaning up
-OTHERS = ""
+
+class Owner(StrEnum):
+    """Who a group belongs to, as ``list`` marks it (a str: JSON and the columns show the value)."""
+
+    THIS_RUN = "this run"
+    PERSISTENT = "kprobe-tui"
+    OTHER_RUN = "other run"  # a live kprobe-tui process
+    STALE = "stale"  # a kprobe-tui run that died without cleaning up
+    OTHERS = ""
+
+
+# The short names callers use.
+THIS_RUN, PERSISTENT, OTHER_RUN = Owner.THIS_RUN, Owner.PERSISTENT, Owner.OTHER_RUN
+STALE, OTHERS = Owner.STALE, Owner.OTHERS
 
 _KIND_FILE = {"p": "kprobe_events", "r": "kprobe_events", "f": "dynamic_events", "t": "dynamic_events", "e": "dynamic_events"}
 _DEFINITION = re.compile(r"^(?P<prefix>[a-z])\d*:(?P<group>[^/\s]+)/(?P<event>\S+)\s*(?P<rest>.*)$")
 
 
-def owner_of(group: str) -> str:
+def owner_of(group: str) -> Owner:
     """Whose a group is: this run, kprobe-tui's persistent group, another run, a dead run, or someone else."""
     if group == lifetime.own_name():
         return THIS_RUN
@@ -59,7 +70,7 @@ class DynamicEvent:
         return f"{self.group}/{self.event}"
 
     @property
-    def owner(self) -> str:
+    def owner(self) -> Owner:
         return owner_of(self.group)
 
     @property
@@ -118,10 +129,10 @@ class Events:
                         found[event.full_name] = event
         return sorted(found.values(), key=lambda e: (e.group, e.event))
 
-    def events_in(self, group: str) -> list[DynamicEvent]:
+    def events_in(self, group: str) -> builtins.list[DynamicEvent]:
         return [e for e in self.list() if e.group == group]
 
-    def match(self, pattern: str) -> list[DynamicEvent]:
+    def match(self, pattern: str) -> builtins.list[DynamicEvent]:
         """Events a ``del`` pattern names: ``GROUP/EVENT`` or ``GROUP:EVENT`` (globs), or ``EVENT`` glob.
 
         Without a group only kprobe-tui's own groups match (persistent and stale runs): others'
@@ -158,7 +169,7 @@ class Events:
 
     # -- writing -------------------------------------------------------------------------------
 
-    def create(self, probes: Iterable[CompiledProbe], run_scoped: bool = False) -> list[DynamicEvent]:
+    def create(self, probes: Iterable[CompiledProbe], run_scoped: bool = False) -> builtins.list[DynamicEvent]:
         """Define probes (all or none); run-scoped ones are removed when this run ends, however it ends.
 
         Every definition is checked before the first is written (``CompiledProbe.check``), and each
@@ -183,7 +194,7 @@ class Events:
                 if run_scoped:  # registered at once: a signal may end the run before this call returns
                     group, event, rel = probe.group, probe.event, probe.control_file
                     self._undo_tokens[f"{group}/{event}"] = lifetime.undo.push(
-                        f"probe {group}/{event}", lambda g=group, e=event, r=rel: self._remove(g, e, r)
+                        f"probe {group}/{event}", functools.partial(self._remove, group, event, rel)
                     )
                 if probe.spec.filter:
                     self.set_filter(probe.group, probe.event, probe.spec.filter)
@@ -255,7 +266,7 @@ class Events:
         else:
             self._remove(group, event, rel)
 
-    def delete_group(self, group: str) -> list[DynamicEvent]:
+    def delete_group(self, group: str) -> builtins.list[DynamicEvent]:
         events = self.events_in(group)
         for event in events:
             self.delete(event)
@@ -276,7 +287,7 @@ class Events:
                 "something else still uses it (perf, another trace instance): stop that first",
             ) from exc
 
-    def _buffers(self) -> list[Tracefs]:
+    def _buffers(self) -> builtins.list[Tracefs]:
         """The top-level buffer, this run's instance and stale runs' instances: where our events may be on."""
         buffers = [self.tracefs]
         for name in self._instance_names():
@@ -284,18 +295,18 @@ class Events:
                 buffers.append(Tracefs(self.tracefs.path(f"instances/{name}")))
         return buffers
 
-    def _instance_names(self) -> list[str]:
+    def _instance_names(self) -> builtins.list[str]:
         return self.tracefs.listdir("instances")
 
     # -- cleanup -------------------------------------------------------------------------------
 
-    def stale_groups(self) -> list[str]:
+    def stale_groups(self) -> builtins.list[str]:
         return sorted({e.group for e in self.list() if e.owner == STALE})
 
-    def stale_instances(self) -> list[str]:
+    def stale_instances(self) -> builtins.list[str]:
         return [name for name in self._instance_names() if lifetime.is_stale(name)]
 
-    def cleanup(self) -> tuple[list[str], list[DynamicEvent]]:
+    def cleanup(self) -> tuple[builtins.list[str], builtins.list[DynamicEvent]]:
         """Remove what dead runs left: their instances first (that disables events in them), then groups,
         then the lock files of dead runs that left nothing (``lifetime``)."""
         instances = self.stale_instances()

@@ -129,7 +129,7 @@ class BinaryCatalog:
 
         try:
             info = open_debuginfo(binary=str(self.path), debuginfod=Client(offline=True))
-            info.aranges  # the address -> unit map every DWARF question starts from
+            info.aranges  # noqa: B018 (a cached property, read for its effect): the address -> unit map every DWARF question starts from
             return info
         except UserError as exc:
             self.notes.append(f"no debug info: {exc.message}")

@@ -41,9 +41,8 @@ class ElfSymbols:
             self.has_debug_info = elf.section(".debug_info") is not None
             self.segments = [(segment.vaddr, segment.filesz, segment.offset) for segment in elf.load_segments()]
             self.functions: dict[str, list[ElfSymbol]] = {}
-            for table_name in (".symtab", ".dynsym"):
-                table = elf.symbols(table_name)
-                for name_at, info, _other, _shndx, value, size in table.rows() if table is not None else ():
+            for table in filter(None, map(elf.symbols, (".symtab", ".dynsym"))):
+                for name_at, info, _other, _shndx, value, size in table.rows():
                     if info & 0xF not in (STT_FUNC, STT_GNU_IFUNC) or not value:
                         continue
                     name = table.name(name_at)
@@ -100,9 +99,8 @@ def _symbol_addresses(binary: str) -> dict[str, int]:
     found: dict[str, int] = {}
     try:
         elf = ElfFile(binary, what="-x file")
-        for table_name in (".symtab", ".dynsym"):
-            table = elf.symbols(table_name)
-            for name_at, _info, _other, _shndx, value, _size in table.rows() if table is not None else ():
+        for table in filter(None, map(elf.symbols, (".symtab", ".dynsym"))):
+            for name_at, _info, _other, _shndx, value, _size in table.rows():
                 if value:
                     found.setdefault(table.name(name_at), value)
     except ELF_READ_ERRORS as exc:
@@ -115,9 +113,10 @@ def _symbol_addresses(binary: str) -> dict[str, int]:
 def data_symbols(path: str) -> list[tuple[int, int, str]]:
     """(address, size, name) of the objects (globals) in a file's .symtab, sorted by address."""
     table = ElfFile(path, what="debug file").symbols(".symtab")
+    if table is None:
+        return []
     return sorted((value, size, table.name(name_at))
-                  for name_at, info, _other, _shndx, value, size in (table.rows() if table is not None else ())
-                  if info & 0xF == STT_OBJECT and value)
+                  for name_at, info, _other, _shndx, value, size in table.rows() if info & 0xF == STT_OBJECT and value)
 
 
 def data_symbol_containing(path: str, address: int) -> tuple[str, int]:

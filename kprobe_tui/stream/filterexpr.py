@@ -12,9 +12,9 @@ language can say it for that event, so unwanted events are dropped before they a
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Callable
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.stream.parser import FAULT, HEADER_FIELDS, Event
@@ -81,8 +81,9 @@ class _Parser:
                     break
                 at = pos + (len(text[pos:]) - len(text[pos:].lstrip()))
                 raise FilterError(text, at, f"unexpected {text[at]!r}")
-            start = m.start(m.lastgroup)
-            kind, raw = m.lastgroup, m.group(m.lastgroup)
+            kind = m.lastgroup
+            assert kind is not None  # every alternative of the token pattern is a named group
+            start, raw = m.start(kind), m.group(kind)
             if kind == "num":
                 try:
                     value: object = float(raw) if "." in raw else int(raw, 0)
@@ -139,7 +140,7 @@ class _Parser:
             if self.depth > MAX_NESTING:
                 raise FilterError(self.text, pos, f"nested more than {MAX_NESTING} deep")
         if (kind, value) == ("op", "!"):
-            node = Not(self.parse_unary())
+            node: Node = Not(self.parse_unary())
             self.depth -= 1
             return node
         if (kind, value) == ("op", "("):
@@ -165,6 +166,8 @@ class _Parser:
             raise FilterError(self.text, pos, f"expected a number or a quoted string, found {what}")
         if op == "~" and kind != "str":
             raise FilterError(self.text, pos, "~ matches a glob: give a quoted string")
+        # what the token kinds checked above hold: a name, an operator, a number or a string
+        assert isinstance(field, str) and isinstance(op, str) and isinstance(literal, (int, float, str))
         return Compare(field, op, literal, field_pos)
 
 
@@ -228,9 +231,13 @@ class _Fields:
 
 def _compare(node: Compare) -> Callable[[_Fields], bool]:
     field, op, literal = node.field, node.op, node.value
-    getter = (lambda row: row.get(field))
+
+    def getter(row: _Fields) -> object:
+        return row.get(field)
+
     if op == "~":
-        return lambda ev: (v := getter(ev)) is not None and v is not FAULT and fnmatchcase(str(v), literal)
+        pattern = str(literal)  # the parser takes only a quoted string after ~
+        return lambda ev: (v := getter(ev)) is not None and v is not FAULT and fnmatchcase(str(v), pattern)
     if isinstance(literal, str):
         if op in ("==", "!="):
             want = op == "=="

@@ -20,8 +20,8 @@ import select
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from kprobe_tui.kernel.instance import Instance
 from kprobe_tui.stream.parser import Event, LineParser

@@ -146,7 +146,7 @@ def test_a_symbol_table_beyond_the_file_is_not_elf(files, tmp_path):
     data = bytearray(files["le64"].read_bytes())
     elf = ElfFile(files["le64"])
     symtab = elf.section(".symtab")
-    at = elf.header.shoff + symtab.index * elf.header.shentsize
+    at = elf.header.shoff + symtab.number * elf.header.shentsize
     struct.pack_into("<Q", data, at + 0x20, 1 << 50)  # sh_size
     (tmp_path / "damaged").write_bytes(bytes(data))
     with pytest.raises(NotElf, match="beyond the end of the file"):
