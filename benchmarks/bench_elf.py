@@ -13,7 +13,8 @@ reference (as it was, trimmed to what it computed), so every figure has its "bef
                                                    -> probes/symbols.data_symbols
   section table     locate.ElfSections: struct     -> locate.ElfSections over elf.ElfFile
 Each figure is the best of --repeat runs (the machine is shared: the best is what the code costs, the rest
-is others' load), before and after alternating; "same" says whether both give the same answer.
+is others' load), before and after taking turns to go first, each after gc.collect(); "same" says whether
+both give the same answer.
 
     python benchmarks/bench_elf.py [--repeat 5] [FILE ...]
 (default: pyenv's libpython3.11 and the cached Debian debug vmlinux; on the vmlinux the readers built on
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import gc
 import mmap
 import struct
 import time
@@ -243,11 +245,16 @@ def main() -> None:
                  ("browser list", lambda: old_browser_list(path), lambda: binary._read_function_symbols(path), False)]
         for label, old, new, slow in cases:
             before = after = float("inf")
-            for _ in range(1 if big and slow else args.repeat):
-                took, old_answer = timed(old, 1)
-                before = min(before, took)
-                took, new_answer = timed(new, 1)
-                after = min(after, took)
+            for turn in range(1 if big and slow else args.repeat):
+                # alternate which goes first, each after a collection: else one pays for the other's garbage
+                for which in ((0, 1) if turn % 2 == 0 else (1, 0)):
+                    gc.collect()
+                    if which == 0:
+                        took, old_answer = timed(old, 1)
+                        before = min(before, took)
+                    else:
+                        took, new_answer = timed(new, 1)
+                        after = min(after, took)
             print(f"{label:<18} {path.name[:28]:<28} {before * 1000:8.1f}ms {after * 1000:8.1f}ms "
                   f"{after / before:6.2f}x  {'yes' if old_answer == new_answer else 'NO'}")
 
