@@ -1,152 +1,27 @@
-"""Reading DWARF with pyelftools, fast enough for a 633 MB vmlinux, with perf's semantics.
+"""DWARF's DIEs and compile units with perf's semantics: the helpers mirror perf's dwarf-aux.c (elfutils:
+attributes integrate DW_AT_abstract_origin, file names are joined with their directory) so that what we
+list equals what `perf probe` lists.
 
-pyelftools copies every debug section into memory and relocates them; on an ET_EXEC vmlinux the
-relocations are already applied and the copy alone costs more than perf's whole run. So sections
-are read through mmap, a CU is found by address (.debug_aranges) or by the name index, and only
-the DIEs a question needs are parsed. The helpers mirror perf's dwarf-aux.c (elfutils semantics:
-attributes integrate DW_AT_abstract_origin, file names are joined with their directory) so that
-what we list equals what `perf probe` lists.
-
-pyelftools is imported where DWARF is first read, not with this module: a warm query answered
-from the per-build-id index never reads DWARF, and the import alone is ~20 ms.
+A CU is found by address (``aranges``) or by the name index, and only the DIEs a question needs are parsed.
+The rest of the DWARF engine: ``dwarfopen`` (mmap-backed sections, fast abbreviation tables), ``lineprogram``
+(line rows), ``locexpr`` (variable locations), ``leb128``.
 """
 
 from __future__ import annotations
 
 import bisect
-import mmap
-import struct
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import cache, cached_property
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from kprobe_tui.debuginfo.lineprogram import LineRow, decode_line_rows
 
 if TYPE_CHECKING:
-    from elftools.dwarf.abbrevtable import AbbrevDecl, AbbrevTable
     from elftools.dwarf.dwarfinfo import DWARFInfo
-    from elftools.elf.elffile import ELFFile
 
 HIGH_PC_ADDRESS_FORMS = {"DW_FORM_addr", "DW_FORM_addrx", "DW_FORM_addrx1", "DW_FORM_addrx2",
                          "DW_FORM_addrx3", "DW_FORM_addrx4"}
 QUALIFIER_TAGS = {"DW_TAG_const_type", "DW_TAG_restrict_type", "DW_TAG_volatile_type", "DW_TAG_shared_type"}
-SECTION_NAMES = [".debug_info", ".debug_aranges", ".debug_abbrev", ".debug_frame", ".eh_frame", ".debug_str",
-                 ".debug_loc", ".debug_ranges", ".debug_line", ".debug_pubtypes", ".debug_pubnames",
-                 ".debug_addr", ".debug_str_offsets", ".debug_line_str", ".debug_loclists", ".debug_rnglists",
-                 ".debug_sup", ".gnu_debugaltlink", ".debug_types"]
-
-
-def open_dwarf(path: Path, supplementary: Path | None = None) -> tuple[Any, ELFFile, DWARFInfo, mmap.mmap]:
-    """Open an ELF file's DWARF with mmap-backed sections (decompressed or relocated where they must be).
-
-    ``supplementary``: the dwz alt file (.gnu_debugaltlink / .debug_sup) whose DIEs and strings
-    DW_FORM_GNU_ref_alt/strp_alt (DWARF 5: ref_sup4/strp_sup) point into; locate found and checked it.
-    """
-    from elftools.dwarf.dwarfinfo import DwarfConfig, DWARFInfo
-    from elftools.elf.elffile import ELFFile
-
-    from kprobe_tui.debuginfo.sections import DebugSections
-
-    stream = open(path, "rb")  # noqa: SIM115  (kept open: the ELFFile and the mmap read it lazily)
-    elf = ELFFile(stream)
-    mm = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
-    if elf.get_section_by_name(".zdebug_info") is not None:  # pre-2012 GNU compression: pyelftools inflates it
-        return stream, elf, elf.get_dwarf_info(relocate_dwarf_sections=False, follow_links=False), mm
-    sections = DebugSections(path, elf, mm)
-    descriptors = {name: sections.descriptor(name) for name in SECTION_NAMES}
-    dwarf = DWARFInfo(
-        config=DwarfConfig(little_endian=elf.little_endian, default_address_size=elf.elfclass // 8,
-                           machine_arch=elf.get_machine_arch()),
-        debug_info_sec=descriptors[".debug_info"], debug_aranges_sec=descriptors[".debug_aranges"],
-        debug_abbrev_sec=descriptors[".debug_abbrev"], debug_frame_sec=descriptors[".debug_frame"],
-        eh_frame_sec=descriptors[".eh_frame"], debug_str_sec=descriptors[".debug_str"],
-        debug_loc_sec=descriptors[".debug_loc"], debug_ranges_sec=descriptors[".debug_ranges"],
-        debug_line_sec=descriptors[".debug_line"], debug_pubtypes_sec=descriptors[".debug_pubtypes"],
-        debug_pubnames_sec=descriptors[".debug_pubnames"], debug_addr_sec=descriptors[".debug_addr"],
-        debug_str_offsets_sec=descriptors[".debug_str_offsets"],
-        debug_line_str_sec=descriptors[".debug_line_str"], debug_loclists_sec=descriptors[".debug_loclists"],
-        debug_rnglists_sec=descriptors[".debug_rnglists"], debug_sup_sec=descriptors[".debug_sup"],
-        gnu_debugaltlink_sec=descriptors[".gnu_debugaltlink"], debug_types_sec=descriptors[".debug_types"],
-    )
-    dwarf.sections = sections  # the layout of a relocatable file: symbols and CFI need it too
-    install_fast_abbrev_tables(dwarf)
-    if supplementary is not None:
-        dwarf.supplementary_dwarfinfo = open_dwarf(supplementary)[2]
-    return stream, elf, dwarf, mm
-
-
-class _AttrSpec(NamedTuple):
-    name: str | int
-    form: str | int
-    value: int | None
-
-
-def install_fast_abbrev_tables(dwarf: DWARFInfo) -> None:
-    """Parse abbreviation tables with plain byte reads instead of construct (0.1 s per big kernel unit).
-
-    The tables are what pyelftools' AbbrevTable holds (AbbrevDecl over a mapping), put in its
-    own per-offset cache, so every DIE it parses afterwards uses them.
-    """
-    from elftools.dwarf.abbrevtable import AbbrevTable
-
-    section = dwarf.debug_abbrev_sec
-    if section is None:
-        return
-    data = section.stream.getvalue()
-    original = dwarf.get_abbrev_table
-
-    def get_abbrev_table(offset: int) -> AbbrevTable:
-        cached = dwarf._abbrevtable_cache.get(offset)
-        if cached is not None:
-            return cached
-        table = AbbrevTable.__new__(AbbrevTable)
-        table.structs, table.stream, table.offset = dwarf.structs, section.stream, offset
-        table._abbrev_map = _parse_abbrevs(data, offset)
-        dwarf._abbrevtable_cache[offset] = table
-        return table
-
-    get_abbrev_table.__wrapped__ = original
-    dwarf.get_abbrev_table = get_abbrev_table
-
-
-def _parse_abbrevs(data: bytes, pos: int) -> dict[int, AbbrevDecl]:
-    from elftools.dwarf.abbrevtable import AbbrevDecl
-
-    tags, ats, forms = _names_by_number()
-    table: dict[int, AbbrevDecl] = {}
-    while True:
-        code, pos = uleb128(data, pos)
-        if code == 0:
-            return table
-        tag, pos = uleb128(data, pos)
-        children = data[pos]
-        pos += 1
-        specs = []
-        while True:
-            name, pos = uleb128(data, pos)
-            form, pos = uleb128(data, pos)
-            if name == 0 and form == 0:
-                break
-            value = None
-            if form == 0x21:  # DW_FORM_implicit_const
-                value, pos = _sleb(data, pos)
-            specs.append(_AttrSpec(ats.get(name, name), forms.get(form, form), value))
-        table[code] = AbbrevDecl(code, {
-            "tag": tags.get(tag, tag),
-            "children_flag": "DW_CHILDREN_yes" if children else "DW_CHILDREN_no",
-            "attr_spec": specs,
-        })
-
-
-@cache
-def _names_by_number() -> tuple[dict[int, str], dict[int, str], dict[int, str]]:
-    """number -> name of DWARF tags, attributes and forms, as pyelftools spells them."""
-    from elftools.dwarf.enums import ENUM_DW_AT, ENUM_DW_FORM, ENUM_DW_TAG
-
-    return tuple({v: k for k, v in enum.items() if isinstance(v, int)}  # type: ignore[return-value]
-                 for enum in (ENUM_DW_TAG, ENUM_DW_AT, ENUM_DW_FORM))
-
-
 # ---- DIE helpers (perf's dwarf-aux.c on elfutils) -------------------------------------------
 
 
@@ -204,99 +79,6 @@ class Units:
         if data is None:
             data = self._cache[cu.cu_offset] = CUData(self.dwarf, cu)
         return data
-
-
-class LineRow(NamedTuple):
-    address: int
-    file: int
-    line: int
-    is_stmt: bool
-    end_sequence: bool
-    prologue_end: bool = False  # DW_LNS_set_prologue_end (clang sets it; perf's prologue skip reads it)
-
-
-def uleb128(data: bytes, pos: int) -> tuple[int, int]:
-    """(value, position after it) of the unsigned LEB128 number at ``pos``."""
-    result = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-
-
-def _sleb(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        shift += 7
-        if byte < 0x80:
-            if byte & 0x40:
-                result -= 1 << shift
-            return result, pos
-
-
-def decode_line_rows(program, address_size: int) -> list[LineRow]:
-    """The rows of a DWARF line program: pyelftools' decoder is ~4x slower on a big kernel unit."""
-    header = program.header
-    stream = program.stream
-    stream.seek(program.program_start_offset)
-    data = stream.read(program.program_end_offset - program.program_start_offset)
-    min_length = header["minimum_instruction_length"]
-    default_is_stmt = bool(header["default_is_stmt"])
-    line_base, line_range, opcode_base = header["line_base"], header["line_range"], header["opcode_base"]
-    arg_counts = list(header["standard_opcode_lengths"])
-    first_file = 1
-    rows: list[LineRow] = []
-    append = rows.append
-    address, file, line, is_stmt, prologue_end = 0, first_file, 1, default_is_stmt, False
-    pos, end = 0, len(data)
-    while pos < end:
-        op = data[pos]
-        pos += 1
-        if op >= opcode_base:
-            adjusted = op - opcode_base
-            address += (adjusted // line_range) * min_length
-            line += line_base + adjusted % line_range
-            append(LineRow(address, file, line, is_stmt, False, prologue_end))
-            prologue_end = False
-        elif op == 0:
-            length, pos = uleb128(data, pos)
-            sub = data[pos]
-            if sub == 1:
-                append(LineRow(address, file, line, is_stmt, True, prologue_end))
-                address, file, line, is_stmt, prologue_end = 0, first_file, 1, default_is_stmt, False
-            elif sub == 2:
-                address = int.from_bytes(data[pos + 1 : pos + 1 + address_size], "little")
-            pos += length
-        elif op == 1:
-            append(LineRow(address, file, line, is_stmt, False, prologue_end))
-            prologue_end = False
-        elif op == 2:
-            advance, pos = uleb128(data, pos)
-            address += advance * min_length
-        elif op == 3:
-            advance, pos = _sleb(data, pos)
-            line += advance
-        elif op == 4:
-            file, pos = uleb128(data, pos)
-        elif op == 6:
-            is_stmt = not is_stmt
-        elif op == 8:
-            address += ((255 - opcode_base) // line_range) * min_length
-        elif op == 9:
-            address += int.from_bytes(data[pos : pos + 2], "little")
-            pos += 2
-        elif op == 10:
-            prologue_end = True
-        else:  # set_column, set_isa and unknown opcodes: skip their ULEB operands
-            for _ in range(arg_counts[op - 1]):
-                _, pos = uleb128(data, pos)
-    return rows
 
 
 class CUData:
@@ -554,105 +336,3 @@ def type_name(die) -> str | None:
     return f"{prefix}{name or ''}"
 
 
-# ---- locations ---------------------------------------------------------------------------
-
-
-@dataclass
-class LocationAt:
-    """Where a variable is at one address."""
-
-    ops: list[tuple[str, list]]
-    range: tuple[int, int] | None  # the location-list entry, None for a single expression
-
-
-def parse_ops(expr: list[int] | bytes, cu) -> list[tuple[str, list]]:
-    from elftools.dwarf.dwarf_expr import DWARFExprParser
-
-    parser = DWARFExprParser(cu.structs)
-    return [(op.op_name, list(op.args)) for op in parser.parse_expr(expr)]
-
-
-def location_entries(die, name: str, units: Units) -> list[int] | list[tuple[int, int, list[int]]] | None:
-    """A location attribute: a single expression (bytes as ints) or [(low, high, expr), ...] (a tuple list)."""
-    from elftools.dwarf.locationlists import LocationEntry, LocationParser
-
-    value = die.attributes.get(name)
-    if value is None or value.form == "DW_FORM_loclistx":
-        return None
-    version = die.cu.header.version
-    if not LocationParser.attribute_has_location(value, version):
-        return None
-    parsed = LocationParser(units.dwarf.location_lists()).parse_from_attribute(value, version, die)
-    if not isinstance(parsed, list):
-        return list(parsed.loc_expr)
-    base = units.of(die.cu).base
-    entries: list[tuple[int, int, list[int]]] = []
-    for entry in parsed:
-        if isinstance(entry, LocationEntry):
-            offset = 0 if entry.is_absolute else base
-            entries.append((offset + entry.begin_offset, offset + entry.end_offset, list(entry.loc_expr)))
-        elif hasattr(entry, "base_address"):
-            base = entry.base_address
-    return LocationList(entries)
-
-
-class LocationList(list):
-    """Entries of a location list (a list subclass, to tell it from a single expression)."""
-
-
-def location_at(die, name: str, address: int, units: Units) -> LocationAt | None:
-    """dwarf_getlocation_addr: the expression valid at an address, or None."""
-    entries = location_entries(die, name, units)
-    if entries is None:
-        return None
-    if not isinstance(entries, LocationList):
-        return LocationAt(parse_ops(entries, die.cu), None)
-    for low, high, expr in entries:
-        if low <= address < high:
-            return LocationAt(parse_ops(expr, die.cu), (low, high))
-    return None
-
-
-def location_ranges(die, units: Units) -> list[tuple[int, int]] | None:
-    """Where DW_AT_location is defined (None: everywhere, a single expression)."""
-    entries = location_entries(die, "DW_AT_location", units)
-    if not isinstance(entries, LocationList):
-        return None
-    return [(low, high) for low, high, _ in entries]
-
-
-@dataclass
-class ArangeMap:
-    """address -> CU offset from .debug_aranges, parsed with struct."""
-
-    starts: list[int] = field(default_factory=list)
-    ends: list[int] = field(default_factory=list)
-    cus: list[int] = field(default_factory=list)
-
-    @classmethod
-    def read(cls, data: bytes) -> ArangeMap:
-        spans: list[tuple[int, int, int]] = []
-        pos = 0
-        while pos + 12 <= len(data):
-            length, _version, cu_offset, address_size, _seg = struct.unpack_from("<IHIBB", data, pos)
-            header = 12
-            if length == 0xFFFFFFFF:
-                break  # 64-bit DWARF aranges: not produced by gcc on x86-64
-            end = pos + 4 + length
-            entry = pos + header
-            entry += (-entry) % (2 * address_size)
-            while entry + 16 <= end:
-                start, size = struct.unpack_from("<QQ", data, entry)
-                entry += 16
-                if start == 0 and size == 0:
-                    break
-                spans.append((start, start + size, cu_offset))
-            pos = end
-        spans.sort()
-        return cls([s[0] for s in spans], [s[1] for s in spans], [s[2] for s in spans])
-
-    def cu_at(self, address: int) -> int | None:
-        i = bisect.bisect_right(self.starts, address) - 1
-        if i >= 0 and address < self.ends[i]:
-            return self.cus[i]
-        return None

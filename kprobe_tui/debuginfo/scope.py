@@ -20,7 +20,9 @@ from functools import cached_property
 from typing import Any
 
 from kprobe_tui.debuginfo import dwarfinfo as dw
+from kprobe_tui.debuginfo.aranges import ArangeMap
 from kprobe_tui.debuginfo.corrupt import register, reports_corruption
+from kprobe_tui.debuginfo.dwarfopen import open_dwarf
 from kprobe_tui.debuginfo.index import NameIndex, cache_key, file_identity
 from kprobe_tui.debuginfo.locate import (
     LocatedDebugInfo,
@@ -28,6 +30,7 @@ from kprobe_tui.debuginfo.locate import (
     find_vmlinux,
     source_path,
 )
+from kprobe_tui.debuginfo.locexpr import location_at, location_ranges
 from kprobe_tui.debuginfo.symbols import FunctionSymbols
 from kprobe_tui.elf import ElfFile
 from kprobe_tui.errors import UserError
@@ -140,7 +143,7 @@ class DebugInfo:
     @cached_property
     def _opened(self):
         """(stream, ELFFile, DWARFInfo, mmap), on first use: a saved answer needs none of them."""
-        opened = dw.open_dwarf(self.located.debug_file, self.located.supplementary)
+        opened = open_dwarf(self.located.debug_file, self.located.supplementary)
         register(opened[2], self.located.debug_file)
         return opened
 
@@ -171,9 +174,9 @@ class DebugInfo:
 
     @cached_property
     @reports_corruption(_debug_file)
-    def aranges(self) -> dw.ArangeMap:
+    def aranges(self) -> ArangeMap:
         section = self.dwarf.debug_aranges_sec  # relocated or inflated where the file needs it
-        return dw.ArangeMap.read(section.stream.getvalue()) if section is not None else dw.ArangeMap()
+        return ArangeMap.read(section.stream.getvalue()) if section is not None else ArangeMap()
 
     @cached_property
     @reports_corruption(_debug_file)
@@ -392,7 +395,7 @@ class DebugInfo:
 
     def variables_at(self, scope, function, address: int, externs: bool = False) -> list[Variable]:
         """Parameters and locals visible at an address (perf's collect_variables_cb), listed or not."""
-        frame = dw.location_at(function, "DW_AT_frame_base", address, self.units)
+        frame = location_at(function, "DW_AT_frame_base", address, self.units)
         frame_base = frame.ops if frame else None
         entry = dw.entry_pc(function, self.units)
         found: list[Variable] = []
@@ -420,14 +423,14 @@ class DebugInfo:
         )
         if "DW_AT_external" in die.attributes:
             variable.is_external = True
-            found = dw.location_at(die, "DW_AT_location", address, self.units)
+            found = location_at(die, "DW_AT_location", address, self.units)
             variable.location = found.ops if found else None
             variable.listed_by_perf = True
         elif "DW_AT_const_value" in die.attributes:  # perf reads it without following abstract_origin
             variable.const_value = die.attributes["DW_AT_const_value"].value
             variable.listed_by_perf = True
         else:
-            found = dw.location_at(die, "DW_AT_location", address, self.units)
+            found = location_at(die, "DW_AT_location", address, self.units)
             if found is None and variable.is_param and address == entry:
                 found = self._first_location_after(die, function, address)
             if found is not None and found.ops:
@@ -442,14 +445,14 @@ class DebugInfo:
 
     def _first_location_after(self, die, function, address: int):
         """perf's fentry fuzz: a parameter without a location at entry takes its first one in the body."""
-        ranges = dw.location_ranges(die, self.units)
+        ranges = location_ranges(die, self.units)
         if not ranges or "DW_AT_high_pc" not in function.attributes:
             return None  # perf asks dwarf_highpc, which fails for a function in several ranges
         high = dw.ranges_of(function, self.units)[0][1]
         later = sorted(low for low, end in ranges if address < end and low <= high)
         for low in later:
             at = max(low, address + 1)
-            found = dw.location_at(die, "DW_AT_location", at, self.units)
+            found = location_at(die, "DW_AT_location", at, self.units)
             if found is not None:
                 return found
         return None

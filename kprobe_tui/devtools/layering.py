@@ -7,7 +7,8 @@ exits 1 and names each import that breaks a rule (file:line), 0 when there is no
 - a core (kernel/, debuginfo/, probes/, stream/, aggregate/, perfprobe/, and elf.py) never imports
   textual, rich or the TUI: the CLI, scripts and tests use them without a terminal;
 - a screen or widget (tui/screens/, tui/widgets/) never imports, at run time, tracefs, pyelftools,
-  the DWARF engine or anything private of a core (a ``_module`` or a ``_name``): it asks the cores'
+  the ELF reader, the DWARF engine (dwarfinfo, dwarfopen, lineprogram, locexpr, leb128, aranges, sections)
+  or anything private of a core (a ``_module`` or a ``_name``): it asks the cores'
   public API. Imports under ``if TYPE_CHECKING:`` are only annotations and are allowed.
 
 Every import counts, a function-local one too, and ``importlib.import_module("...")`` with a literal.
@@ -25,7 +26,9 @@ CORES = ("kernel", "debuginfo", "probes", "stream", "aggregate", "perfprobe", "e
 VIEWS = ("tui.screens", "tui.widgets")
 TERMINAL_LIBRARIES = ("textual", "rich")
 # What a view must reach only through a core's public API, by module (and everything below it).
-VIEW_FORBIDDEN = ("{package}.kernel.tracefs", "elftools", "{package}.debuginfo.dwarfinfo")
+VIEW_FORBIDDEN = ("{package}.kernel.tracefs", "elftools", "{package}.elf",
+                  *(f"{{package}}.debuginfo.{engine}" for engine in ("dwarfinfo", "dwarfopen", "lineprogram", "locexpr",
+                                                                    "leb128", "aranges", "sections")))
 
 
 @dataclass(frozen=True)

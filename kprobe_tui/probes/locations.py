@@ -16,7 +16,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from kprobe_tui.debuginfo.dwarfinfo import attr, int_attr, name_of, ref, uleb128
+from kprobe_tui.debuginfo.dwarfinfo import attr, int_attr, name_of, ref
+from kprobe_tui.debuginfo.leb128 import uleb128
 from kprobe_tui.errors import UserError
 from kprobe_tui.probes.spec import AccessStep
 
@@ -448,7 +449,7 @@ def _fde_table(path: str) -> list[tuple[int, int, Any]]:
     if not (elf.get_section_by_name(".eh_frame") or elf.get_section_by_name(".debug_frame")):
         return []
     if elf.header.e_type == "ET_REL":  # a module: its CFI holds addresses only once relocated, as its DWARF is
-        from kprobe_tui.debuginfo.dwarfinfo import open_dwarf
+        from kprobe_tui.debuginfo.dwarfopen import open_dwarf
 
         dwarf = open_dwarf(Path(path))[2]
     else:

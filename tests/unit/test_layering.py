@@ -49,6 +49,8 @@ CLEAN = {
     ("tui/widgets/bad.py", "from kprobe_tui.kernel import tracefs\n", "kprobe_tui.kernel.tracefs"),
     ("tui/screens/bad.py", "def load():\n    from elftools.elf.elffile import ELFFile\n", "elftools.elf.elffile"),
     ("tui/screens/bad.py", "import kprobe_tui.debuginfo.dwarfinfo as dw\n", "kprobe_tui.debuginfo.dwarfinfo"),
+    ("tui/widgets/bad.py", "from kprobe_tui.debuginfo.locexpr import location_at\n", "kprobe_tui.debuginfo.locexpr"),
+    ("tui/widgets/bad.py", "from kprobe_tui.elf import ElfFile\n", "kprobe_tui.elf"),
     ("tui/screens/bad.py", "from kprobe_tui.probes import _private\n", "kprobe_tui.probes._private"),
     ("tui/screens/bad.py", "from kprobe_tui.probes.plan import _helper\n", "kprobe_tui.probes.plan._helper"),
     ("tui/screens/bad.py", "import importlib\nm = importlib.import_module('kprobe_tui.kernel.tracefs')\n",
