@@ -18,6 +18,7 @@ triggers are left.
 from __future__ import annotations
 
 import os
+
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.tracefs import KernelRefused, Tracefs

@@ -14,9 +14,9 @@ copied to us: ``ntohs(dport) == 53`` goes down as ``dport == 13568``, the consta
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Callable
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.stream.parser import FAULT, HEADER_FIELDS, Event
@@ -99,8 +99,9 @@ class _Parser:
                     break
                 at = pos + (len(text[pos:]) - len(text[pos:].lstrip()))
                 raise FilterError(text, at, f"unexpected {text[at]!r}")
-            start = m.start(m.lastgroup)
-            kind, raw = m.lastgroup, m.group(m.lastgroup)
+            kind = m.lastgroup
+            assert kind is not None  # every alternative of the token pattern is a named group
+            start, raw = m.start(kind), m.group(kind)
             if kind == "num":
                 try:
                     value: object = float(raw) if "." in raw else int(raw, 0)
@@ -157,7 +158,7 @@ class _Parser:
             if self.depth > MAX_NESTING:
                 raise FilterError(self.text, pos, f"nested more than {MAX_NESTING} deep")
         if (kind, value) == ("op", "!"):
-            node = Not(self.parse_unary())
+            node: Node = Not(self.parse_unary())
             self.depth -= 1
             return node
         if (kind, value) == ("op", "("):
@@ -170,7 +171,8 @@ class _Parser:
         if kind != "name":
             what = "end of filter" if kind == "end" else repr(value)
             raise FilterError(self.text, pos, f"expected a field name, found {what}")
-        field, field_pos, transform = value, pos, None
+        field, field_pos = value, pos
+        transform: str | None = None
         if field in BYTE_ORDER_BITS and self.peek()[:2] == ("op", "("):
             self.take()
             kind, field, pos = self.take()
@@ -179,7 +181,7 @@ class _Parser:
             kind, closing, pos = self.take()
             if (kind, closing) != ("op", ")"):
                 raise FilterError(self.text, pos, "expected )")
-            transform = value
+            transform = str(value)
         kind, op, pos = self.take()
         if kind != "op" or op not in COMPARATORS:
             what = "end of filter" if kind == "end" else repr(op)
@@ -192,12 +194,44 @@ class _Parser:
             raise FilterError(self.text, pos, f"expected a number or a quoted string, found {what}")
         if op == "~" and kind != "str":
             raise FilterError(self.text, pos, "~ matches a glob: give a quoted string")
+        # what the token kinds checked above hold: a name, an operator, a number or a string
+        assert isinstance(field, str) and isinstance(op, str) and isinstance(literal, (int, float, str))
         return Compare(field, op, literal, field_pos, transform)
 
 
 def parse(text: str) -> Node:
     """The syntax tree of a filter, or a FilterError pointing at the offending column."""
     return _Parser(text).parse()
+
+
+# --- a probe's own filter, checked before the probe is made ----------------------------------
+
+# Fields every event has that the kernel's filter knows (besides the probe's own arguments).
+COMMON_FIELDS = ("common_pid", "comm", "common_flags", "common_preempt_count", "common_type", "CPU")
+
+
+class FilterFieldError(UserError):
+    """A filter naming a field the event will not have; ``position`` is where in the filter."""
+
+    def __init__(self, message: str, hint: str, position: int) -> None:
+        super().__init__(message, hint)
+        self.position = position
+
+
+def check_fields(text: str, arg_names: list[str]) -> None:
+    """Our filter grammar, and field names the kernel will know for this event (its args, common_*)."""
+    node = parse(text)
+    known = [*arg_names, *COMMON_FIELDS]
+    stack = [node]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, BoolOp):
+            stack += [node.right, node.left]
+        elif isinstance(node, Not):
+            stack.append(node.operand)
+        elif isinstance(node, Compare) and node.field not in known:
+            raise FilterFieldError(f"{node.field!r}: this event has no such field", f"its fields: {', '.join(known)}",
+                                   node.position)
 
 
 # --- evaluation in our view ---------------------------------------------------------------
@@ -225,14 +259,18 @@ class _Fields:
 
 def _compare(node: Compare) -> Callable[[_Fields], bool]:
     field, op, literal, transform = node.field, node.op, node.value, node.transform
-    if transform:
-        def getter(row):
-            value = row.get(field)
-            return swap_bytes(value, transform) if isinstance(value, int) else None
-    else:
-        getter = (lambda row: row.get(field))
+
+    def plain(row: _Fields) -> object:
+        return row.get(field)
+
+    def swapped(row: _Fields) -> object:  # ntohs/ntohl: the value as the network wrote it
+        value = row.get(field)
+        return swap_bytes(value, transform) if isinstance(value, int) and transform else None
+
+    getter = swapped if transform else plain
     if op == "~":
-        return lambda ev: (v := getter(ev)) is not None and v is not FAULT and fnmatchcase(str(v), literal)
+        pattern = str(literal)  # the parser takes only a quoted string after ~
+        return lambda ev: (v := getter(ev)) is not None and v is not FAULT and fnmatchcase(str(v), pattern)
     if isinstance(literal, str):
         if op in ("==", "!="):
             want = op == "=="
@@ -325,18 +363,19 @@ def _kernel_text(node: Node, fields: dict[str, str], layout: dict[str, tuple[int
 def _swapped_kernel_text(node: Compare, fields: dict[str, str], layout: dict[str, tuple[int, bool]]) -> str:
     """``ntohs(f) == N`` as ``f == swapped(N)``: only equality survives a byte swap, and only on a field
     exactly as wide as the swap (a wider one has other bytes the swap drops)."""
-    said = f"{node.transform}({node.field}) {node.op} {node.value!r}"
-    bits = BYTE_ORDER_BITS[node.transform]
+    transform = node.transform or ""  # called only for a swapped comparison
+    said = f"{transform}({node.field}) {node.op} {node.value!r}"
+    bits = BYTE_ORDER_BITS[transform]
     if fields.get(node.field) != "num" or node.field not in layout:
         raise ValueError(f"{said}: the kernel has no numeric field {node.field!r} of known width")
     size, signed = layout[node.field]
     if size * 8 != bits:
-        raise ValueError(f"{said}: {node.field} is {size * 8} bits wide, {node.transform} swaps {bits}")
+        raise ValueError(f"{said}: {node.field} is {size * 8} bits wide, {transform} swaps {bits}")
     if node.op not in ("==", "!=") or not isinstance(node.value, int):
         raise ValueError(f"{said}: byte-swapped values keep no order, only == and != go to the kernel")
     if not 0 <= node.value < 1 << bits:
         raise ValueError(f"{said}: {node.value} does not fit in {bits} bits")
-    raw = swap_bytes(node.value, node.transform)
+    raw = swap_bytes(node.value, transform)
     if signed and raw >= 1 << (bits - 1):
         raw -= 1 << bits  # the kernel compares a signed field sign-extended
     return f"{node.field} {node.op} {raw}"

@@ -20,8 +20,8 @@ import select
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from kprobe_tui.kernel.instance import Instance
 from kprobe_tui.stream.parser import Event, LineParser
@@ -128,7 +128,8 @@ class StreamReader(threading.Thread):
                     # the held-back newest event is complete.
                     events += self.parser.flush()
                 if events:
-                    self.store.extend(events)
+                    if self.store is not None:
+                        self.store.extend(events)
                     per_event.update(ev.event for ev in events)
                     new += len(events)
                     if self.on_events:
@@ -147,7 +148,8 @@ class StreamReader(threading.Thread):
                         per_event, new, last_update = Counter(), 0, now
             last = self.parser.flush()  # stopping: the held-back event is as complete as it gets
             if last:
-                self.store.extend(last)
+                if self.store is not None:
+                    self.store.extend(last)
                 if self.on_events:
                     self.on_events(last)
         finally:

@@ -7,8 +7,8 @@ the kernel is removed by ``stop()``, or by ``lifetime.undo`` when the run ends a
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import lifetime

@@ -16,7 +16,7 @@ import pytest
 from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.events import Events
 from kprobe_tui.kernel.tracefs import Tracefs
-from kprobe_tui.probes.compile import ElfSymbols
+from kprobe_tui.probes.symbols import ElfSymbols
 from kprobe_tui.stream.session import TailSession
 
 pytestmark = pytest.mark.live

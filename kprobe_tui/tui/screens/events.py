@@ -12,6 +12,7 @@ import shlex
 import time
 from collections import deque
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textual import on
 from textual.app import ComposeResult
@@ -24,7 +25,6 @@ from textual.widgets import Footer, Input, Sparkline, Static
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.access import tail_denied
 from kprobe_tui.kernel.events import Events
-from kprobe_tui.kernel.tracefs import Tracefs
 from kprobe_tui.stream.export import export
 from kprobe_tui.stream.filterexpr import FilterError, compile_filter, parse
 from kprobe_tui.stream.parser import Event
@@ -34,6 +34,9 @@ from kprobe_tui.stream.store import DEFAULT_CAPACITY, EventStore
 from kprobe_tui.textsafe import printable
 from kprobe_tui.tui.plain import plain
 from kprobe_tui.tui.widgets.event_table import EventTable, show_value
+
+if TYPE_CHECKING:
+    from kprobe_tui.kernel.tracefs import Tracefs
 
 RATE_SECONDS = 60  # sparkline history
 MAX_RATE_ROWS = 3  # at 80x24 the table keeps the room

@@ -10,7 +10,7 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static
 
-from kprobe_tui.kernel.catalog import STATUS_HELP, Catalog, Function, Status
+from kprobe_tui.kernel.catalog import STATUS_HELP, Function, FunctionCatalog, Status
 from kprobe_tui.matching import MODES, IncrementalFilter, Matcher
 from kprobe_tui.textsafe import printable
 from kprobe_tui.tui.plain import plain
@@ -34,7 +34,7 @@ class FunctionsScreen(Screen):
     def __init__(self, catalog_loader) -> None:
         super().__init__()
         self._load_catalog = catalog_loader
-        self.catalog: Catalog | None = None
+        self.catalog: FunctionCatalog | None = None
         self._filter: IncrementalFilter | None = None
         self.mode = "substring"
         self.shown = 0
@@ -63,7 +63,7 @@ class FunctionsScreen(Screen):
         catalog.warm()  # prototypes and sizes, after the list is on screen
         self.app.call_from_thread(self._show_detail, self.query_one(FunctionList).current)
 
-    def show_catalog(self, catalog: Catalog) -> None:
+    def show_catalog(self, catalog: FunctionCatalog) -> None:
         self.catalog = catalog
         self._filter = IncrementalFilter(catalog.names)
         notes = self.query_one("#notes", Static)
@@ -170,14 +170,13 @@ class FunctionsScreen(Screen):
         status_style = functions.get_component_rich_style(f"function-list--{function.status.value}", partial=True)
         text = Text()
         text.append(printable(function.name), style="bold")
-        label = getattr(self.catalog, "labels", {}).get(function.status, function.status.value)
+        label = self.catalog.labels.get(function.status, function.status.value)
         text.append(f"  {STATUS_GLYPH[function.status]} {label}", style=status_style)
         text.append("\n")
-        missing = getattr(self.catalog, "missing_prototype", "(no prototype: not in BTF)")
+        missing = self.catalog.missing_prototype
         text.append(printable(function.prototype or missing), style="italic" if function.prototype else "dim")
         text.append("\n")
-        where = [self.catalog.where(function) if hasattr(self.catalog, "where")
-                 else f"module {function.module}" if function.module else "core kernel"]
+        where = [self.catalog.where(function)]
         if len(function.symbols) == 1 and function.symbols[0].address:
             where.append(f"address 0x{function.symbols[0].address:x}")
         if function.size:
@@ -190,9 +189,7 @@ class FunctionsScreen(Screen):
     def _render_legend(self) -> None:
         functions = self.query_one(FunctionList)
         legend = Text()
-        labels = getattr(self.catalog, "labels", None) or {status: status.value for status in (
-            Status.FTRACE, Status.BREAKPOINT, Status.PROBEABLE, Status.CLONE, Status.AMBIGUOUS, Status.BLACKLISTED, Status.HIDDEN)}
-        for status, label in labels.items():
+        for status, label in self.catalog.labels.items():
             style = functions.get_component_rich_style(f"function-list--{status.value}", partial=True)
             legend.append(f"{STATUS_GLYPH[status]} {label} ", style=style)
         legend_widget = self.query_one("#legend", Static)

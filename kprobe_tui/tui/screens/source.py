@@ -28,7 +28,7 @@ from textual.widgets import Button, Footer, Static
 from kprobe_tui.debuginfo.debuginfod import Cancel, Client, Progress
 from kprobe_tui.debuginfo.describe import format_points
 from kprobe_tui.debuginfo.lines import LineSpec, find_line_range, source_text
-from kprobe_tui.debuginfo.scope import DebugInfo, ProbeSpec, open_debuginfo
+from kprobe_tui.debuginfo.scope import DebugInfo, PointSpec, open_debuginfo
 from kprobe_tui.errors import UserError
 from kprobe_tui.tui.widgets.download_bar import DownloadBar
 from kprobe_tui.textsafe import printable
@@ -251,7 +251,7 @@ class SourceScreen(Screen):
 
     @work(thread=True, exclusive=True, group="vars")
     def load_variables(self, line: int) -> None:
-        spec = ProbeSpec(self.function, line=line - self.decl_line)
+        spec = PointSpec(self.function, line=line - self.decl_line)
         capturable: list[str] = []
         with self._dwarf_lock:
             if line != self.cursor_line:
