@@ -6,7 +6,7 @@
     #
 
     { common_pid: prog            [       181], len:         20 } hitcount:          2  len:         40
-    	max:    5494887  lat:    5494887
+    <TAB>max:    5494887  lat:    5494887
 
     Totals:
         Hits: 6
@@ -15,7 +15,8 @@
 
 Keys are printed by modifier: a number right-aligned in 10 columns, ``.execname`` as the comm padded
 to 16 then ``[pid]``, ``.log2`` as ``~ 2^N``, ``.buckets=S`` as ``~ LOW-HIGH``, ``.hex`` bare hex,
-strings padded to 50. Which modifier each key has is read from the table's own trigger info, so a
+strings padded to 50; a value that follows on its own line starts with a tab (``<TAB>`` above).
+Which modifier each key has is read from the table's own trigger info, so a
 comm holding ``, `` or ``}`` cannot shift the fields. Numbers come back as the unsigned 64-bit the
 kernel prints; signed fields are turned back by the caller (``as_signed``). Lines that fit nothing
 are counted, never raised.
@@ -124,7 +125,7 @@ def _entry_parser(keys: tuple[HistKey, ...], strings: frozenset[str]):
             return None
         groups = match.groupdict()
         key = []
-        for index, hist_key in enumerate(keys):
+        for index in range(len(keys)):
             if groups.get(f"comm_{index}") is not None:
                 key.append((groups[f"comm_{index}"].rstrip(), int(groups[f"pid_{index}"])))
             elif groups.get(f"hex_{index}") is not None:

@@ -11,7 +11,7 @@ does not know the terminal.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from kprobe_tui.aggregate.model import Aggregation, Linear
 from kprobe_tui.aggregate.result import Bucket, Result, Stats

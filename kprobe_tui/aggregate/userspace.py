@@ -25,10 +25,10 @@ from __future__ import annotations
 import re
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import repeat
 from operator import itemgetter
-from typing import Callable
 
 from kprobe_tui.aggregate.model import Aggregation
 from kprobe_tui.aggregate.tally import Tally
