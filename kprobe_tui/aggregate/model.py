@@ -12,7 +12,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from itertools import repeat
-from operator import floordiv, lt, sub
+from operator import floordiv, sub
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.stream.filterexpr import split_transform, swap_bytes
@@ -70,14 +70,12 @@ class Log2:
     @staticmethod
     def counts(values: list[int], low: int, high: int) -> Counter:
         """Hits per bucket of ``values`` (``low``/``high`` their extremes): what ``index`` gives, counted in C."""
-        if low >= 0:
-            return Counter(map(int.bit_length, values))
-        counts = Counter(map(int.bit_length, map(max, values, repeat(0))))  # a negative lands in 0: move it
-        negative = sum(map(lt, values, repeat(0)))
-        counts[0] -= negative
-        if not counts[0]:
-            del counts[0]
-        counts[-1] = negative
+        counts = Counter(map(int.bit_length, values))
+        if low < 0:  # a negative counted by its magnitude's bucket: move it (two passes fewer than clamping)
+            negative = list(filter((0).__gt__, values))
+            counts.subtract(map(int.bit_length, negative))
+            counts += Counter()  # drops the buckets left at 0
+            counts[-1] = len(negative)
         return counts
 
     @staticmethod

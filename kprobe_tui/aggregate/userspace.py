@@ -292,12 +292,12 @@ class StreamAggregator:
                 return False
         except IndexError:  # a line too short to have it
             return False
-        markers = list(map(itemgetter(slice(colon + 2, colon + 2 + self._marker_length)), lines))
-        roles = list(map(self._markers.get, markers))  # is the entry (True), the return (False)
+        marker = itemgetter(slice(colon + 2, colon + 2 + self._marker_length))
+        roles = list(map(self._markers.get, map(marker, lines)))  # is the entry (True), the return (False)
         if None in roles:
-            if not all(self._learn_marker(marker) for marker in set(markers).difference(self._markers)):
+            if not all(map(self._learn_marker, set(map(marker, lines)).difference(self._markers))):
                 return False
-            roles = list(map(self._markers.get, markers))
+            roles = list(map(self._markers.get, map(marker, lines)))
         try:
             stamps = list(map(float, map(itemgetter(slice(start, colon)), lines)))
         except ValueError:
