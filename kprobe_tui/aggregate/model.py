@@ -9,7 +9,10 @@ with negative values in (..., 0); ``lhist(min, max, step)`` has an underflow and
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
+from itertools import repeat
+from operator import floordiv, sub
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.stream.filterexpr import split_transform, swap_bytes
@@ -65,6 +68,17 @@ class Log2:
         return -1 if value < 0 else value.bit_length()
 
     @staticmethod
+    def counts(values: list[int], low: int, high: int) -> Counter:
+        """Hits per bucket of ``values`` (``low``/``high`` their extremes): what ``index`` gives, counted in C."""
+        counts = Counter(map(int.bit_length, values))
+        if low < 0:  # a negative counted by its magnitude's bucket: move it (two passes fewer than clamping)
+            negative = list(filter((0).__gt__, values))
+            counts.subtract(map(int.bit_length, negative))
+            counts += Counter()  # drops the buckets left at 0
+            counts[-1] = len(negative)
+        return counts
+
+    @staticmethod
     def bounds(index: int) -> tuple[int | None, int | None]:
         if index < 0:
             return None, 0
@@ -108,6 +122,15 @@ class Linear:
         if value >= self.high:
             return self.count
         return (value - self.low) // self.step
+
+    def counts(self, values: list[int], low: int, high: int) -> Counter:
+        """Hits per bucket of ``values`` (``low``/``high`` their extremes): what ``index`` gives, counted in C."""
+        indices = map(floordiv, map(sub, values, repeat(self.low)), repeat(self.step))
+        if low < self.low:
+            indices = map(max, indices, repeat(-1))
+        if high >= self.high:
+            indices = map(min, indices, repeat(self.count))
+        return Counter(indices)
 
     def bounds(self, index: int) -> tuple[int | None, int | None]:
         if index < 0:

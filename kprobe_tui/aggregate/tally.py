@@ -1,16 +1,19 @@
 """What an engine counted over one stretch of time, before it is summarised into a ``Result``.
 
 A ``Tally`` maps a key (a tuple of display-ready values: comm, pid, probe, raw argument values)
-to a ``Cell``. A cell keeps the hit count and, for a value, either the exact distribution
-(value -> hits: the user-space engine, and kernel tables keyed by the value) or hits per bucket
-(kernel latency, grouped by ``.log2`` in the kernel) with the sum, minimum and maximum beside it.
+to a ``Cell``. A cell keeps the hit count and, for a value, the exact distribution (value -> hits:
+kernel tables keyed by the value, the user-space engine's general path) and/or hits per bucket
+(kernel latency, grouped by ``.log2`` in the kernel; the user-space engine's fast path, which
+buckets as it reads) with the sum, minimum and maximum beside it.
 Tallies of consecutive intervals merge into the cumulative one.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from operator import mul
 
 
 @dataclass
@@ -20,17 +23,18 @@ class Cell:
     low: int | None = None  # minimum value
     high: int | None = None  # maximum value
     values: Counter | None = None  # exact value -> hits
-    grouped: Counter | None = None  # bucket index -> hits, when the kernel grouped the values
+    grouped: Counter | None = None  # bucket index -> hits, when the values were bucketed as they came
 
-    def add_values(self, values: Counter) -> None:
-        """Exact values with their hit counts."""
+    def add_values(self, values: Mapping[int, int]) -> None:
+        """Exact values with their hit counts (sums and extremes in C: a cell may hold 100k values)."""
         if not values:
             return
         if self.values is None:
-            self.values = Counter()
-        self.values.update(values)
+            self.values = Counter(values)
+        else:
+            self.values.update(values)
         self.count += sum(values.values())
-        self.total += sum(value * hits for value, hits in values.items())
+        self.total += sum(map(mul, values.keys(), values.values()))
         self._extend(min(values), max(values))
 
     def add_grouped(self, index: int, hits: int, total: int) -> None:
@@ -40,6 +44,16 @@ class Cell:
         self.grouped[index] += hits
         self.count += hits
         self.total += total
+
+    def add_bucketed(self, buckets: Mapping[int, int], total: int, low: int, high: int) -> None:
+        """Values already counted per bucket, with their sum and extremes (the user-space engine's fast path)."""
+        if self.grouped is None:
+            self.grouped = Counter(buckets)
+        else:
+            self.grouped.update(buckets)
+        self.count += sum(buckets.values())
+        self.total += total
+        self._extend(low, high)
 
     def extend(self, low: int | None, high: int | None) -> None:
         """Widen the value range (a kernel min/max tracker's reading)."""
@@ -55,10 +69,18 @@ class Cell:
         self.count += other.count
         self.total += other.total
         self._extend(other.low, other.high)
+        # In place: the run's cumulative tally merges each interval's, so this costs what the interval
+        # brought, not everything seen so far (Counter's + copies both).
         if other.values is not None:
-            self.values = (self.values or Counter()) + other.values
+            if self.values is None:
+                self.values = Counter(other.values)
+            else:
+                self.values.update(other.values)
         if other.grouped is not None:
-            self.grouped = (self.grouped or Counter()) + other.grouped
+            if self.grouped is None:
+                self.grouped = Counter(other.grouped)
+            else:
+                self.grouped.update(other.grouped)
 
 
 @dataclass

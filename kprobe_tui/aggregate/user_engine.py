@@ -8,7 +8,6 @@ kernel (the golden rule: reading trace_pipe must not come back as events).
 
 from __future__ import annotations
 
-import os
 import re
 import time
 
@@ -59,7 +58,7 @@ class UserEngine:
                                        on_data=self.aggregator.feed)
             self._reader_undo = lifetime.undo.push("trace_pipe reader", self.reader.stop)
             self.reader.start()
-            self.instance.exclude_threads([int(tid) for tid in os.listdir("/proc/self/task")])
+            self.instance.exclude_our_threads()  # the reader's included, here and in our other runs
             if self.filter_text:
                 self._apply_filter()
             for target in self.targets:

@@ -2,13 +2,22 @@
 
 The reader hands over whole lines as bytes. Building an ``Event`` per line caps a Python reader
 at a few hundred thousand events a second; most of a line is not needed for an answer. So each
-block goes through a fast path when it can (``benchmarks/bench_aggregate.py`` measures both):
+block goes through a fast path when it can, where the work per line is done in C: one
+``bytes.split``, a slice or one regex ``findall`` per column over the whole block, ``map`` and
+``Counter`` over the columns (``benchmarks/bench_aggregate.py`` measures both paths):
 
 * the header is fixed width: the comm right-aligned in 16 columns, ``-``, the pid in 7
-  (``%16s-%-7d``), so comm and pid are slices, taken in C by ``map(itemgetter(slice))``;
-* an argument is found by a regex that starts with a literal (`` len=``), which the regex engine
-  scans for fast; our probes capture numbers before any string, so a string cannot fake one;
-* rows are counted by ``Counter`` in C; text becomes numbers once per distinct row, at ``take()``.
+  (``%16s-%-7d``), so comm and pid are slices, taken in C by ``map(itemgetter(slice))``; so is
+  the timestamp, at the columns the block's first line shows, once every line is checked to have
+  its ``:`` there;
+* an argument is found by a regex led by its name (``len=``): a literal the regex engine scans for
+  (led by a space, it stops at every space of the padded header: 1.2-1.6x slower, measured);
+  a number must end at a space or the line's end, and each line must give exactly one match, so
+  another argument whose name ends the same (``buflen``) sends the block down the general path;
+* counts are rows counted by ``Counter``, text becoming values once per distinct row at ``take()``;
+  a histogram's values (and latencies) are bucketed as they come, a block at a time
+  (``Log2.counts``/``Linear.counts``), with their sum and extremes: a table of 100k distinct values
+  would cost a hash lookup that misses the cache on every line (measured 1.3-2x slower).
 
 A block that does not fit (a lost-events marker, a fault, a view-side filter, an event that is not
 ours) goes through ``LineParser`` and the same model per ``Event``: the general path, which gives
@@ -16,31 +25,36 @@ the same answer (the unit tests compare the two on the same text).
 
 Latency pairs each return with the entry of its thread, read once: a nested call's entry replaces
 the outer one's and the outer return finds none (``unmatched``), exactly as the kernel engine's
-hist variables behave, so both engines time the same calls. Timestamps in trace_pipe have
-microsecond resolution: nanosecond latencies from this engine are multiples of 1000.
+hist variables behave, so both engines time the same calls. Pairing needs the order of a thread's
+events: one Python loop over the block's (thread, role, stamp) columns, nothing else per line;
+a key (comm, pid) is read on the returns' lines only.
+Timestamps in trace_pipe have microsecond resolution: nanosecond latencies from this engine are
+multiples of 1000.
 """
 
 from __future__ import annotations
 
 import re
 import threading
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import repeat
-from operator import itemgetter
+from itertools import compress, repeat
+from operator import floordiv, itemgetter, mul, not_
 
 from kprobe_tui.aggregate.model import Aggregation
-from kprobe_tui.aggregate.tally import Tally
+from kprobe_tui.aggregate.tally import Cell, Tally
 from kprobe_tui.stream.parser import FAULT, Event, LineParser
 
 _COMM = itemgetter(slice(0, 16))
 _PID = itemgetter(slice(17, 24))
 _EVENT = re.compile(rb": (\w+): \(")
-# Led by the "]" that closes the CPU column: a pattern led by a digit is tried at every digit of the line
-# (pid, CPU, address: 4x slower, measured).
-_TS_EVENT = re.compile(rb"\] \S+ +(\d+)\.(\d{6}): (\w+): \(")
-_NUMBER = rb"(-?(?:0x[0-9a-fA-F]+|\d+))"
+# A number as the kernel prints integer types (decimal, or 0x hex for x8..x64), ending the argument:
+# an old kernel's bare hex ("ffff9e2b") is no number here and its block takes the general path.
+_NUMBER = rb"(-?(?:0x[0-9a-fA-F]+|\d+))(?=[ \n])"
+# The timestamp (its padding included: float() skips it) after the CPU column and the flags.
+_STAMP = re.compile(rb"\] \S+ ( *\d+\.\d{6}): ")
+_MAX_MARKERS = 256  # distinct texts after a timestamp judged per run (a probe site beyond the name varies)
 
 
 @dataclass(frozen=True)
@@ -51,6 +65,45 @@ class EventRole:
     label: str  # what the ``probe`` key shows (the function)
     role: str = "hit"  # hit, entry, return
     view_filter: Callable[[Event], bool] | None = None  # what of the filter the kernel could not apply
+
+
+def thread_key(pid: int) -> bytes:
+    """A thread as the fast path keys it: the header's pid column, ``%-7d``."""
+    return b"%-7d" % pid
+
+
+def _fixed_header(lines: list[bytes]) -> bool:
+    """Whether the header is ``%16s-%-7d `` (kernels before 5.x printed ``%-5d``: no slices then)."""
+    return lines[0][16:17] == b"-" and lines[0][24:25] == b" "
+
+
+def _number(raw: bytes) -> int:
+    return int(raw, 16) if b"x" in raw else int(raw)
+
+
+def _numbers(raw: list[bytes]) -> list[int]:
+    """Printed integers -> values, in one ``map(int)`` when the argument is printed in decimal."""
+    try:
+        return list(map(int, raw))
+    except ValueError:  # hex (x8..x64)
+        return list(map(_number, raw))
+
+
+def _as_is(values: list[int]) -> list[int]:
+    return values
+
+
+def _group(keys: list, values: list) -> dict:
+    """Values by their key (most blocks have a few keys, often one). A loop per line: picking each
+    key's values out in C (``compress``) measured 1.7-4x slower from 2 keys up, ``map(operator.call)``
+    into each key's ``append`` 1.3-1.8x slower."""
+    distinct = set(keys)
+    if len(distinct) == 1:
+        return {distinct.pop(): values}
+    groups: defaultdict = defaultdict(list)
+    for key, value in zip(keys, values):
+        groups[key].append(value)
+    return groups
 
 
 class StreamAggregator:
@@ -65,21 +118,26 @@ class StreamAggregator:
         self.latency = aggregation.kind == "latency"
         self.entry = next((r.event for r in roles if r.role == "entry"), None)
         self.fast = fast and not any(r.view_filter for r in roles)
-        columns = [key.name for key in aggregation.keys]
+        self.keys = [key.name for key in aggregation.keys]
+        columns = list(self.keys)
         if aggregation.kind == "hist":
             columns.append(aggregation.value.name)
         self.columns = columns
-        self._patterns = {name: re.compile(rb" " + re.escape(arguments[name].encode()) + rb"=" + _NUMBER)
+        self._patterns = {name: re.compile(re.escape(arguments[name].encode()) + b"=" + _NUMBER)
                           for name in columns if name in arguments and name != "comm"}
         if "comm" in arguments:  # the probe's own $comm, captured last: the rest of the line
-            self._patterns["comm"] = re.compile(rb" " + re.escape(arguments["comm"].encode()) + rb'="(.*)"$', re.M)
+            self._patterns["comm"] = re.compile(re.escape(arguments["comm"].encode()) + b'="(.*)"\n')
         self._one_event = len(roles) == 1
+        # Latency: the text right after a line's timestamp tells entry from return.
+        self._marker_length = max((len(role.event) for role in roles), default=0) + 2
+        self._markers: dict[bytes, bool] = {}  # that text -> is the entry
         self._parser = LineParser()
         self._lock = threading.Lock()
-        self._fast_rows: Counter = Counter()  # rows of bytes (slices, matched text)
+        self._fast_rows: Counter = Counter()  # count: rows of bytes (slices, matched text)
+        self._fast_cells: dict = {}  # hist, latency: the key's bytes -> Cell of bucketed values
         self._rows: Counter = Counter()  # rows of values from Events
         self._unmatched = 0
-        self._entries: dict = {}  # thread -> entry time (in us, or ms for --unit ms); lives across takes
+        self._entries: dict[bytes, float | int] = {}  # thread_key -> its entry's reading; across takes and paths
         # Latency from microsecond timestamps: ms is the difference of ms clock readings, as the kernel's
         # common_timestamp/1000000 - $ts; ns is microseconds times 1000 (all trace_pipe prints).
         self._divisor = 1000 if aggregation.unit == "ms" else 1
@@ -100,10 +158,11 @@ class StreamAggregator:
         if not data:
             return
         if self.fast and b"[LOST " not in data:
-            rows = self._fast(data)
-            if rows is not None:
-                with self._lock:
-                    self._fast_rows.update(rows)
+            lines = data.split(b"\n")  # cheaper than data.count(b"\n"), a byte-at-a-time loop in CPython
+            lines.pop()  # after the last newline: nothing
+            if not lines or (self._fast_latency(data, lines) if self.latency else
+                             self._fast_count(data, lines) if self.aggregation.kind == "count" else
+                             self._fast_hist(data, lines)):
                 self.fast_blocks += 1
                 return
         self.general_blocks += 1
@@ -124,8 +183,8 @@ class StreamAggregator:
             if not self.latency:
                 rows[key] += 1
                 continue
-            thread = event.pid
-            now = round(event.ts * 1_000_000) // self._divisor
+            thread = thread_key(event.pid)
+            [now] = self._readings([event.ts])
             if role.role == "entry":
                 self._entries[thread] = now
             else:
@@ -133,7 +192,8 @@ class StreamAggregator:
                 if started is None:
                     unmatched += 1
                 else:
-                    rows[key + ((now - started) * self._scale,)] += 1
+                    [latency] = self._latencies([now - started])
+                    rows[key + (latency,)] += 1
         with self._lock:
             self._rows.update(rows)
             self._unmatched += unmatched
@@ -156,145 +216,214 @@ class StreamAggregator:
                 key.append(int(value) if isinstance(value, int) else value)
         return tuple(key)
 
+    def _readings(self, stamps: list[float]) -> list:
+        """Timestamps (seconds) as the unit's clock reads them: ms is the difference of ms clock readings,
+        as the kernel's common_timestamp/1000000 - $ts; us and ns are differences of the stamps."""
+        if self._divisor == 1:
+            return stamps
+        return list(map(floordiv, map(round, map(mul, stamps, repeat(1e6))), repeat(self._divisor)))
+
+    def _latencies(self, differences: list) -> list[int]:
+        """Differences of readings -> latencies in the unit. Two stamps are close, so their difference is
+        exact in binary and rounding it gives the microseconds trace_pipe printed; ns is us times 1000."""
+        if self._divisor != 1:
+            return differences
+        micros = map(round, map(mul, differences, repeat(1e6)))
+        return list(map(mul, micros, repeat(self._scale)) if self._scale != 1 else micros)
+
     # -- the fast path ---------------------------------------------------------------------------
 
-    def _fast(self, data: bytes):
-        """Rows of this block (an iterable for ``Counter.update``, which counts in C), or None when it does
-        not fit. A row is a tuple of the columns' bytes, or the bytes alone for one column."""
-        if self.latency:
-            lines = data.split(b"\n")
-            lines.pop()  # after the last newline: nothing
-            return self._fast_latency(data, lines)
-        count = data.count(b"\n")
-        lines = None
+    def _column(self, name: str, data: bytes, lines: list[bytes]):
+        """One column of the block, a value per line, maybe an iterator (None when the block does not fit)."""
+        if name in ("comm", "pid") and name not in self._patterns:  # from the header: slices of each line
+            return map(_COMM if name == "comm" else _PID, lines) if _fixed_header(lines) else None
+        if name == "probe":
+            found = [next(iter(self.roles)).encode()] * len(lines) if self._one_event else _EVENT.findall(data)
+        else:
+            found = self._patterns[name].findall(data)
+        return found if len(found) == len(lines) else None
+
+    def _key_column(self, names: list[str], data: bytes, lines: list[bytes]):
+        """The key of each line: the column's bytes, or a tuple of them for several keys; maybe an iterator
+        (a list of slices costs count by comm 1.1x its rate, measured)."""
         columns = []
-        for name in self.columns:
-            if name in ("comm", "pid") and name not in self._patterns:  # from the header: slices of each line
-                if lines is None:
-                    lines = data.split(b"\n")
-                    lines.pop()
-                columns.append(map(_COMM if name == "comm" else _PID, lines))
-            elif name == "probe":
-                found = [next(iter(self.roles)).encode()] * count if self._one_event else _EVENT.findall(data)
-                if len(found) != count:
-                    return None
-                columns.append(found)
-            else:
-                found = self._patterns[name].findall(data)
-                if len(found) != count:
-                    return None
-                columns.append(found)
-        if not self._one_event and "probe" not in self.columns:
-            names = _EVENT.findall(data)
-            if len(names) != count or any(name.decode() not in self.roles for name in set(names)):
+        for name in names:
+            column = self._column(name, data, lines)
+            if column is None:
                 return None
-        if not columns:
-            return repeat((), count)
+            columns.append(column)
         return columns[0] if len(columns) == 1 else zip(*columns)
 
-    def _fast_latency(self, data: bytes, lines: list[bytes]):
-        stamps = _TS_EVENT.findall(data)
-        if len(stamps) != len(lines):
-            return None
-        entry = self.entry.encode()
+    def _fast_count(self, data: bytes, lines: list[bytes]) -> bool:
+        if not self._one_event and "probe" not in self.columns:
+            names = _EVENT.findall(data)
+            if len(names) != len(lines) or any(name.decode() not in self.roles for name in set(names)):
+                return False
+        if not self.columns:
+            rows = {(): len(lines)}
+        else:
+            rows = self._key_column(self.columns, data, lines)
+            if rows is None:
+                return False
+        with self._lock:
+            self._fast_rows.update(rows)
+        return True
+
+    def _fast_hist(self, data: bytes, lines: list[bytes]) -> bool:
+        values = self._column(self.columns[-1], data, lines)
+        if values is None:
+            return False
+        if not self.keys:
+            self._add_values({(): values}, _numbers)
+            return True
+        keys = self._key_column(self.keys, data, lines)
+        if keys is None:
+            return False
+        self._add_values(_group(list(keys), values), _numbers)
+        return True
+
+    def _fast_latency(self, data: bytes, lines: list[bytes]) -> bool:
+        stamp = _STAMP.search(lines[0])
+        if stamp is None or not _fixed_header(lines):
+            return False
+        start, colon = stamp.span(1)
+        try:
+            if bytes(map(itemgetter(colon), lines)) != b":" * len(lines):  # every stamp where the first line's is
+                return False
+        except IndexError:  # a line too short to have it
+            return False
+        marker = itemgetter(slice(colon + 2, colon + 2 + self._marker_length))
+        roles = list(map(self._markers.get, map(marker, lines)))  # is the entry (True), the return (False)
+        if None in roles:
+            if not all(map(self._learn_marker, set(map(marker, lines)).difference(self._markers))):
+                return False
+            roles = list(map(self._markers.get, map(marker, lines)))
+        try:
+            stamps = list(map(float, map(itemgetter(slice(start, colon)), lines)))
+        except ValueError:
+            return False
+        keys = None
+        if self.keys:  # comm or pid, at the return: read on the returns' lines only (half the text)
+            returns = list(compress(lines, map(not_, roles)))
+            keys = self._key_column(self.keys, b"\n".join(returns) + b"\n", returns) if returns else []
+            if keys is None:
+                return False
         entries = self._entries
         forget = entries.pop
-        divisor = self._divisor
+        differences: list = []
+        keep = differences.append
         unmatched = 0
-        done: list = []
-        keep = done.append
-        threads = map(int, map(_PID, lines))  # int, as the general path keys threads: blocks may alternate
-        if self.columns:
-            columns = []
-            for name in self.columns:
-                if name in self._patterns:  # the probes' own $comm (entry and return capture it)
-                    found = self._patterns[name].findall(data)
-                    if len(found) != len(lines):
-                        return None
-                    columns.append(found)
-                else:
-                    columns.append(map(_COMM if name == "comm" else _PID, lines))
-            keys = zip(*columns)
-            for thread, (seconds, micros, name), key in zip(threads, stamps, keys):
-                now = int(seconds + micros) // divisor
-                if name == entry:
+        threads = map(_PID, lines)
+        readings = self._readings(stamps)
+        # The loop every line costs (the rest is in C): a KeyError costs only when raised (3.11). Pairing
+        # with maps and compress in C instead measured 2.5x slower (a list per step).
+        if keys is not None:
+            returned: list = []
+            mark = returned.append
+            next_key = iter(keys).__next__  # a key per return
+            for thread, is_entry, now in zip(threads, roles, readings):
+                if is_entry:
                     entries[thread] = now
                 else:
-                    started = forget(thread, None)
-                    if started is None:
+                    key = next_key()
+                    try:
+                        keep(now - forget(thread))
+                        mark(key)
+                    except KeyError:
                         unmatched += 1
-                    else:
-                        keep(key + (now - started,))
+            groups = _group(returned, self._latencies(differences)) if returned else {}
         else:
-            for thread, (seconds, micros, name) in zip(threads, stamps):
-                now = int(seconds + micros) // divisor
-                if name == entry:
+            for thread, is_entry, now in zip(threads, roles, readings):
+                if is_entry:
                     entries[thread] = now
                 else:
-                    started = forget(thread, None)
-                    if started is None:
+                    try:
+                        keep(now - forget(thread))
+                    except KeyError:
                         unmatched += 1
-                    else:
-                        keep(now - started)
+            groups = {(): self._latencies(differences)} if differences else {}
+        self._add_values(groups, _as_is, unmatched)
+        return True
+
+    def _learn_marker(self, marker: bytes) -> bool:
+        """Whether the text after a timestamp is our entry or our return (remembered); False: neither."""
+        if len(self._markers) >= _MAX_MARKERS:
+            return False
+        for role in self.roles.values():
+            if marker.startswith(role.event.encode() + b": "):
+                self._markers[marker] = role.role == "entry"
+                return True
+        return False
+
+    def _add_values(self, groups: dict, numbers: Callable[[list], list[int]], unmatched: int = 0) -> None:
+        """Each key's values (as ``numbers`` makes them) bucketed, summed and bounded, into its cell."""
+        buckets = self.aggregation.buckets
+        done = []
+        for key, values in groups.items():
+            values = numbers(values)
+            low, high = min(values), max(values)
+            done.append((key, buckets.counts(values, low, high), sum(values), low, high))
         with self._lock:
+            cells = self._fast_cells
+            for key, counts, total, low, high in done:
+                cell = cells.get(key)
+                if cell is None:
+                    cell = cells[key] = Cell()
+                cell.add_bucketed(counts, total, low, high)
             self._unmatched += unmatched
-        return done
 
     # -- output ----------------------------------------------------------------------------------
 
     def take(self) -> Tally:
-        """What was aggregated since the previous take; text becomes values once per distinct row here."""
+        """What was aggregated since the previous take; text becomes values once per distinct key here."""
         with self._lock:
-            fast, general, unmatched = self._fast_rows, self._rows, self._unmatched
-            self._fast_rows, self._rows, self._unmatched = Counter(), Counter(), 0
-        rows = general
-        convert = self._converter()
-        for row, hits in fast.items():
-            converted = convert(row)
-            if converted is not None:
-                rows[converted] += hits
+            rows, cells, general, unmatched = self._fast_rows, self._fast_cells, self._rows, self._unmatched
+            self._fast_rows, self._fast_cells, self._rows, self._unmatched = Counter(), {}, Counter(), 0
         tally = Tally(unmatched=unmatched)
+        key_of = self._key_converter()
         if self.aggregation.kind == "count":
-            for row, hits in rows.items():
+            for row, hits in general.items():
                 tally.count(row, hits)
+            one = len(self.columns) == 1
+            for row, hits in rows.items():
+                key = key_of((row,) if one else row)
+                if key is not None:
+                    tally.count(key, hits)
             return tally
         values: dict[tuple, Counter] = {}
-        for row, hits in rows.items():
+        for row, hits in general.items():
             found = values.get(row[:-1])
             if found is None:
                 found = values[row[:-1]] = Counter()
             found[row[-1]] += hits
         for key, counted in values.items():
             tally.cell(key).add_values(counted)
+        one = len(self.keys) == 1
+        for raw, cell in cells.items():
+            key = key_of((raw,) if one else raw)
+            if key is not None:
+                tally.cell(key).merge(cell)
         return tally
 
-    def _converter(self) -> Callable[[object], tuple | None]:
-        """Turns a fast-path row (bytes) into the tuple of values the general path makes."""
+    def _key_converter(self) -> Callable[[tuple], tuple | None]:
+        """Turns the key columns of a fast-path row (bytes) into the tuple of values the general path makes."""
         parts = []
-        for name in self.columns:
+        for name in self.keys:
             if name == "comm":
                 captured = "comm" in self._patterns  # else the header's, padded to 16
-                parts.append(lambda raw, captured=captured: raw.decode("utf-8", "backslashreplace")
-                             if captured else raw.decode("utf-8", "backslashreplace").strip())
+                parts.append((lambda raw: raw.decode("utf-8", "backslashreplace")) if captured else
+                             (lambda raw: raw.decode("utf-8", "backslashreplace").strip()))
             elif name == "pid":
                 parts.append(int)
             elif name == "probe":
                 labels = {role.event.encode(): role.label for role in self.roles.values()}
                 parts.append(lambda raw, labels=labels: labels.get(raw, raw.decode()))
             else:
-                parts.append(lambda raw: int(raw, 0))
-        scale = self._scale
-        scalar = len(parts) == 1 and not self.latency
-        latency = self.latency
+                parts.append(_number)
 
-        def convert(row):
+        def convert(raw: tuple) -> tuple | None:
             try:
-                if scalar:
-                    return (parts[0](row),)
-                if latency and not parts:
-                    return (row * scale,)
-                values = tuple(part(raw) for part, raw in zip(parts, row))
-                return values + (row[-1] * scale,) if latency else values
+                return tuple(part(text) for part, text in zip(parts, raw))
             except ValueError:
                 return None
 

@@ -13,6 +13,8 @@ import errno
 import fnmatch
 import os
 import re
+import threading
+import weakref
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import lifetime
@@ -21,6 +23,15 @@ from kprobe_tui.kernel.tracefs import Tracefs
 
 _STATS_FIELD = re.compile(r"^(overrun|dropped events):\s*(\d+)", re.M)
 _TRACEPOINT = re.compile(r"[A-Za-z0-9_][\w-]*", re.ASCII)  # a tracepoint's group or event: no '/', no '..'
+# This process's instances that exclude its threads (a tail and aggregations may run at once, each with
+# a reader thread of its own): a thread started for one is excluded by all of them.
+_ours: weakref.WeakSet = weakref.WeakSet()
+_ours_lock = threading.Lock()
+
+
+def our_threads() -> list[int]:
+    """Every thread of this process now."""
+    return sorted(int(tid) for tid in os.listdir("/proc/self/task"))
 
 
 def resolve_events(events: Events, patterns: list[str]) -> list[tuple[str, str]]:
@@ -68,6 +79,7 @@ class Instance:
         self.filtered: set[tuple[str, str]] = set()
         self.base_filters: dict[tuple[str, str], str] = {}  # the probe's own filter and ours, always applied
         self.excluded_threads: list[int] = []
+        self.expressions: dict[tuple[str, str], str] = {}  # the filter asked for per event, before ours
         self._undo_token: int | None = None
 
     @property
@@ -107,6 +119,32 @@ class Instance:
         """
         self.excluded_threads = sorted(set(tids))
 
+    def exclude_our_threads(self) -> None:
+        """Exclude every thread of this process here, before ``enable``, and in every other instance of
+        ours already recording (their filters rewritten), so that two runs in one process never record
+        each other's reader threads. Call once this run's threads are started: a thread started later
+        is excluded when the next run of ours starts (a kernel ``event-fork`` pid list would follow
+        every new thread, but also every process we start: the workloads we are asked to measure)."""
+        tids = our_threads()
+        with _ours_lock:
+            self.exclude_threads(tids)
+            for other in list(_ours):
+                if other is not self:
+                    other._exclude_instead(tids)
+            _ours.add(self)
+
+    def _exclude_instead(self, tids: list[int]) -> None:
+        """Exclude ``tids`` (this process's threads now: gone ones are dropped) in the recording events' filters."""
+        if tids == self.excluded_threads:
+            return
+        self.excluded_threads = list(tids)
+        self.base_filters.clear()
+        for group, event in self.enabled:
+            try:
+                self.set_filter(group, event, self.expressions.get((group, event), ""))
+            except (OSError, UserError):  # deleted by someone else meanwhile: its reader says so
+                continue
+
     def base_filter(self, group: str, event: str) -> str:
         """The filter always applied to ``group/event`` here: the one it was defined with, and ours.
 
@@ -133,6 +171,7 @@ class Instance:
     def set_filter(self, group: str, event: str, expression: str) -> None:
         """Kernel-side filter of ``group/event`` inside this instance, on top of its base filter
         (KernelRefused with caret on error)."""
+        self.expressions[(group, event)] = expression
         base = self.base_filter(group, event)
         if base and expression:
             expression = f"{base} && ({expression})"
@@ -146,6 +185,7 @@ class Instance:
         elif (group, event) in self.filtered:
             self.events.clear_filter(group, event, where=self.tracefs)
             self.filtered.discard((group, event))
+            self.expressions.pop((group, event), None)
 
     def event_format(self, group: str, event: str) -> str:
         return self.top.read(f"events/{group}/{event}/format")
@@ -173,6 +213,8 @@ class Instance:
             self._undo_token = None
 
     def _remove_now(self) -> None:
+        with _ours_lock:
+            _ours.discard(self)
         for group, event in self.enabled:
             if not self.tracefs.exists(f"events/{group}/{event}/enable"):
                 continue  # deleted by someone else meanwhile

@@ -6,7 +6,6 @@ the kernel is removed by ``stop()``, or by ``lifetime.undo`` when the run ends a
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -67,8 +66,8 @@ class TailSession:
             self._reader_undo = lifetime.undo.push("trace_pipe reader", self.reader.stop)
             self.reader.start()
             # The reader's own reads and stats polls must not come back as events: exclude every
-            # thread we have, the reader's included, before anything is enabled.
-            self.instance.exclude_threads([int(tid) for tid in os.listdir("/proc/self/task")])
+            # thread we have, the reader's included, before anything is enabled (and in our other runs).
+            self.instance.exclude_our_threads()
             if filter_text:
                 self.set_filter(filter_text)
             for group, event in self.targets:

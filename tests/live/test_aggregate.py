@@ -163,7 +163,7 @@ def test_tail_takes_network_byte_order_filters_down_to_the_kernel(program, trace
     """tail --filter 'ntohs(port) == 53': the kernel gets port == 13568 and only those events come."""
     group = "kptaggtail"
     top = Tracefs(tracefs_root)
-    from kprobe_tui.probes.compile import ElfSymbols
+    from kprobe_tui.probes.symbols import ElfSymbols
 
     offset = ElfSymbols(program).function("work").file_offset
     top.write("uprobe_events", f"p:{group}/work {program}:0x{offset:x} len=%di:s64 port=%si:u16\n")
@@ -212,3 +212,46 @@ def test_a_run_in_process_cleans_up_after_itself(program, tracefs_root):
     assert leftovers(tracefs_root, lifetime.run_name()) == []
     assert not [e for e in Events(top).list() if e.group == lifetime.run_name()]
     assert os.getpid()  # nothing of this process stays registered to undo at exit
+
+
+def test_two_runs_in_one_process_never_record_each_others_readers(tracefs_root):
+    """Two aggregations at once in one process, as the TUI runs them, each counting per thread a CPython
+    function every trace_pipe reader calls on each poll (~20 a second): ``_Py_read`` (its os.read) and
+    ``PyThread_acquire_lock_timed`` (its wait). The first one's filters were written before the second's
+    reader existed: they must be rewritten, or the first counts the second's reader. Another python
+    process doing both 50 times is counted by both (the probes work)."""
+    from kprobe_tui.aggregate.model import Aggregation as Model, Field
+    from kprobe_tui.aggregate.run import AggregationRun
+    from kprobe_tui.aggregate.targets import TargetBuilder
+    from kprobe_tui.kernel.sources import locate
+
+    python = os.path.realpath(sys.executable)  # the interpreter running us, our readers included
+    kernel = locate()
+    top = kernel.tracing()
+    model = Model("count", keys=(Field("pid"),))
+
+    def run(function: str) -> AggregationRun:
+        targets = TargetBuilder(kernel, top.read("README"), lifetime.run_name(), binary=python).counting(
+            [function], model, "")
+        started = AggregationRun(top, model, targets, engine="user")
+        assert started.start().engine == "user"
+        return started
+
+    runs = [run("_Py_read")]
+    try:
+        runs.append(run("PyThread_acquire_lock_timed"))
+        readers = {started.engine.reader.native_id for started in runs}
+        work = "import os, threading\nwoken = threading.Event()\nfor _ in range(50): os.read(os.open('/dev/zero', 0), 1); woken.wait(0.001)"
+        child = subprocess.Popen([python, "-c", work])
+        assert child.wait(timeout=60) == 0
+        time.sleep(1.0)  # each reader polls its trace_pipe ~20 times meanwhile
+        ours = readers | {int(tid) for tid in os.listdir("/proc/self/task")}
+        finals = [started.stop() for started in reversed(runs)]
+    finally:
+        for started in runs:
+            started.stop()
+    for final in finals:
+        threads = {entry.key[0]: entry.count for entry in final.total.entries}
+        assert threads.get(child.pid, 0) >= 50
+        assert not ours & set(threads), {tid: threads[tid] for tid in ours & set(threads)}
+    assert leftovers(tracefs_root, lifetime.run_name()) == []

@@ -148,3 +148,14 @@ def test_count_table_escapes_what_came_from_the_traced_system():
     assert lines[0].split() == ["COMM", "PID", "COUNT"]
     assert lines[1].split()[:3] == ["evil\\x1b[2J", "7", "3"] and lines[2].split()[:3] == ["cat", "8", "9"]
     assert not any("\x1b" in line for line in lines)
+
+
+def test_buckets_counted_a_block_at_a_time_are_those_of_each_value():
+    """Log2.counts/Linear.counts (the user-space engine's fast path) against index() value by value."""
+    rng = random.Random(11)
+    schemes = [Log2(), Linear(-100, 200, 50), Linear(0, 1000, 1)]
+    for _ in range(2000):
+        values = [rng.choice([rng.randrange(-10**6, 10**6), rng.randrange(-300, 300), 0, -1, 1, 1 << 40, -(1 << 40)])
+                  for _ in range(rng.randrange(1, 40))]
+        for scheme in schemes:
+            assert scheme.counts(values, min(values), max(values)) == Counter(map(scheme.index, values)), (scheme, values)
