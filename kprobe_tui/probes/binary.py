@@ -153,6 +153,10 @@ class BinaryCatalog:
 
     @reports_corruption(lambda self, name: self.path)
     def _prototype(self, name: str) -> str | None:
+        with self._debuginfo.asking():  # the parameters are read through the function's DIE
+            return self._spelled_prototype(name)
+
+    def _spelled_prototype(self, name: str) -> str | None:
         from kprobe_tui.debuginfo import dwarfinfo as dw
 
         sites = self._debuginfo.function(name)
