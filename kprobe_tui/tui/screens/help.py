@@ -18,6 +18,8 @@ from textual.dom import DOMNode
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Static
 
+from kprobe_tui.tui.theming import LAYOUT
+
 HELP: dict[str, tuple[str, str]] = {  # screen class -> (title, what it is for)
     "FunctionsScreen": (
         "Functions",
@@ -101,12 +103,7 @@ def _keys_table(app, bindings: list[Binding]) -> Table:
 class HelpScreen(ModalScreen):
     """Help about ``screen``: its purpose, its keys (and its widgets'), the app's, the golden rule."""
 
-    DEFAULT_CSS = """
-    HelpScreen { align: center middle; }
-    HelpScreen #help { width: 100; max-width: 100%; height: auto; max-height: 100%; border: round $primary; background: $surface; }
-    HelpScreen .help-heading { text-style: bold underline; margin-top: 1; padding: 0 1; }
-    HelpScreen .help-body { padding: 0 1; }
-    """
+    CSS_PATH = LAYOUT
     BINDINGS: ClassVar = [Binding("escape,q,question_mark,f1", "app.pop_screen", "Close")]
 
     def __init__(self, screen: Screen) -> None:

@@ -39,12 +39,6 @@ def quoted(value) -> str:
 class EventTable(CursorView):
     """Rows of an ``EventStore``; ``rows_changed()`` after the store grows or its filter changes."""
 
-    DEFAULT_CSS = """
-    EventTable > .event-table--header { text-style: bold; color: $text-muted; }
-    EventTable > .event-table--cursor { background: $primary 35%; }
-    EventTable:focus > .event-table--cursor { background: $primary 60%; }
-    EventTable > .event-table--raw { color: $warning; }
-    """
     COMPONENT_CLASSES = {"event-table--header", "event-table--cursor", "event-table--raw"}
     header_lines = 1
     BINDINGS = [
