@@ -9,6 +9,7 @@ import sys
 import threading
 from pathlib import Path
 
+from textual import events
 from textual.app import App
 from textual.binding import Binding
 from textual.theme import Theme
@@ -22,6 +23,7 @@ from kprobe_tui.probes.binary import BinaryCatalog
 from kprobe_tui.textsafe import printable
 from kprobe_tui.tui import theming
 from kprobe_tui.tui.commands import ActionsProvider
+from kprobe_tui.tui.keys import KeyRouter
 from kprobe_tui.tui.navigation import Back, EditProbe, OpenBuilder, OpenSource, ShowEvents
 from kprobe_tui.tui.screens.builder import EditBuilder, ProbeBuilderScreen
 from kprobe_tui.tui.screens.events import EventsScreen
@@ -65,6 +67,7 @@ class KprobeTui(App):
         for name in set(self.available_themes) - set(themes):  # only ours: the palette offers what --theme takes
             self.unregister_theme(name)
         self._two_tone = theming.TwoTone()
+        self._keys = KeyRouter(self, super().on_event)
         self.remember_in = remember_in
         self.notes = notes
         self.sources = sources
@@ -107,6 +110,14 @@ class KprobeTui(App):
         if self.tracing is not None:  # its screens closed it already, unless one was still starting it
             self.tracing.close()
         blocking.ui_thread(None)  # the run's undo (probes, the instance) runs on this thread next
+
+    async def on_event(self, event: events.Event) -> None:
+        """Keys one at a time (keys.py): each goes where the focus is once the one before has landed."""
+        if isinstance(event, events.Key) and not event.is_forwarded:
+            if not self._keys.take(event):
+                await self._keys.route(event)
+            return
+        await super().on_event(event)
 
     def notify(self, message: str, *, title: str = "", severity="information", timeout: float | None = None,
                markup: bool = True) -> None:

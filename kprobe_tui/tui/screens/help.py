@@ -24,9 +24,11 @@ HELP: dict[str, tuple[str, str]] = {  # screen class -> (title, what it is for)
     "FunctionsScreen": (
         "Functions",
         ("Every function you can put a probe on, and why the others cannot be probed. Type after / to "
-         "filter (substring; * ? [ make it a glob; ctrl+t cycles substring, glob and fuzzy). The colour and "
-         "glyph of each name give its status, the pane below explains it. Enter opens the source, p the "
-         "probe builder."),
+         "filter (substring; * ? [ make it a glob; ctrl+t cycles substring, glob and fuzzy): everything typed "
+         "after /, however fast, goes to the filter, where up, down and the page keys move the highlight, Enter "
+         "opens it and escape goes back to the list, keeping the filter. On the list, letters are actions (no "
+         "type-ahead): Enter opens the source, p the probe builder. The colour and glyph of each name give "
+         "its status, the pane below explains it."),
     ),
     "SourceScreen": (
         "Source",
