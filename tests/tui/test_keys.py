@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from textual import events
+from textual.widgets import Input
 from textual.keys import REPLACED_KEYS, _character_to_key, _get_unicode_name_from_key
 
 from kprobe_tui.kernel.sources import locate
@@ -24,7 +25,6 @@ from kprobe_tui.tui.app import KprobeTui
 from kprobe_tui.tui.screens.builder import ProbeBuilderScreen
 from kprobe_tui.tui.screens.functions import FunctionsScreen
 from kprobe_tui.tui.screens.source import SourceScreen
-from kprobe_tui.tui.widgets.filter_bar import FilterBar
 from kprobe_tui.tui.widgets.function_list import FunctionList
 
 C_PROGRAM = Path(__file__).parent / "c" / "builder_prog.c"
@@ -84,7 +84,7 @@ async def test_slash_name_enter_in_one_burst_opens_that_kernel_function(burst):
         assert len(app.screen_stack) == 3  # nothing else opened on the way
         functions_screen = app.screen_stack[1]
         assert isinstance(functions_screen, FunctionsScreen)
-        assert functions_screen.query_one(FilterBar).value == name
+        assert functions_screen.query_one("#filter", Input).value == name
 
 
 @BURSTS
@@ -97,7 +97,7 @@ async def test_slash_name_enter_in_one_burst_opens_that_function_of_a_binary(pro
         await _until(pilot, lambda: isinstance(app.screen, SourceScreen), "the source view opens")
         assert app.screen.symbol == "helper"
         assert len(app.screen_stack) == 3
-        assert app.screen_stack[1].query_one(FilterBar).value == "helper"
+        assert app.screen_stack[1].query_one("#filter", Input).value == "helper"
 
 
 @BURSTS
@@ -123,7 +123,7 @@ async def test_a_letter_typed_in_the_filter_is_text_never_an_action(prog, burst)
         await burst(pilot, ["slash", *letters])
         await pilot.pause()
         assert isinstance(app.screen, FunctionsScreen) and len(app.screen_stack) == 2
-        assert app.screen.query_one(FilterBar).value == letters
+        assert app.screen.query_one("#filter", Input).value == letters
 
 
 async def test_arrows_in_the_filter_move_the_highlight_that_enter_opens(prog):
@@ -131,7 +131,7 @@ async def test_arrows_in_the_filter_move_the_highlight_that_enter_opens(prog):
     async with app.run_test(size=(80, 24)) as pilot:
         functions = await _loaded(pilot)
         await pilot.press("slash", *"e", "down")  # helper, main, ...: the second one
-        assert app.screen.query_one(FilterBar).input.has_focus and functions.cursor == 1
+        assert app.screen.query_one("#filter", Input).has_focus and functions.cursor == 1
         second = functions.current
         await pilot.press("enter")
         await _until(pilot, lambda: isinstance(app.screen, SourceScreen), "the source view opens")
