@@ -57,7 +57,7 @@ async def _loaded(pilot) -> FunctionList:
 
 
 async def _until(pilot, condition, what: str) -> None:
-    for _ in range(200):
+    for _ in range(400):  # 20 s: the kernel's catalog loads slowly while other tests share the cores
         if condition():
             return
         await pilot.pause(0.05)
@@ -121,9 +121,9 @@ async def test_a_letter_typed_in_the_filter_is_text_never_an_action(prog, burst)
         await _loaded(pilot)
         letters = "pqnlewx"
         await burst(pilot, ["slash", *letters])
-        await pilot.pause()
+        box = app.screen.query_one("#filter", Input)
+        await _until(pilot, lambda: box.value == letters, "every letter is typed")  # a packet's keys take a few turns
         assert isinstance(app.screen, FunctionsScreen) and len(app.screen_stack) == 2
-        assert app.screen.query_one("#filter", Input).value == letters
 
 
 async def test_arrows_in_the_filter_move_the_highlight_that_enter_opens(prog):
