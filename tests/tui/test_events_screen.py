@@ -189,3 +189,22 @@ async def test_replay_filter_and_one_column_per_argument():
         await pilot.press("home")
         assert table.render_line(1).text.split()[:7] == ["+0.000009", "1", "a-b", "c", "8189", "ev", "100"]
 
+
+
+async def test_t_repaints_every_row_in_the_other_time_mode_and_end_follows_again():
+    """The table's time mode and following are reactives: changing one repaints the rows (t) or tells
+    the screen (following: the status line), with no call to refresh or post by hand."""
+    app = replay_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = app.screen
+        table = screen.query_one(EventTable)
+        first = screen.store.view_row(0)
+        absolute = f"{first.ts:12.6f}".strip()
+        assert absolute not in app.export_screenshot()  # relative times at first
+        await pilot.press("t")
+        await pilot.pause()
+        assert table.absolute_time and absolute in app.export_screenshot()
+        await pilot.press("home")
+        assert not table.following and "new (End: follow)" in status(app)
+        await pilot.press("end")
+        assert table.following and "following" in status(app)
