@@ -72,14 +72,14 @@ def in_process(target: list[str], source: list[str], mode: str, function: str, r
     """Seconds of the second and later queries on one open DebugInfo (what the TUI pays per question)."""
     from kprobe_tui.debuginfo.describe import format_points
     from kprobe_tui.debuginfo.lines import LineSpec, find_line_range, render
-    from kprobe_tui.debuginfo.scope import ProbeSpec, open_debuginfo
+    from kprobe_tui.debuginfo.scope import PointSpec, open_debuginfo
 
     binary, vmlinux = (target[1], None) if target[0] == "-x" else (None, target[1])
     info = open_debuginfo(binary=binary, vmlinux=vmlinux, source_dir=source[1] if source else None)
 
     def query() -> None:
         if mode == "vars":
-            spec = ProbeSpec.parse(function)
+            spec = PointSpec.parse(function)
             format_points(spec, info.probe_points(spec), False)
         else:
             render(info, find_line_range(info, LineSpec.parse(function)))

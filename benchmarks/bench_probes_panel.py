@@ -20,7 +20,7 @@ from textual.app import App
 
 from kprobe_tui.kernel.sources import locate
 from kprobe_tui.kernel.tracefs import Tracefs
-from kprobe_tui.probes.compile import ElfSymbols
+from kprobe_tui.probes.symbols import ElfSymbols
 from kprobe_tui.tui.screens.probes import ProbesScreen
 
 GROUP = "kptuibench"

@@ -32,7 +32,7 @@ from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.instance import Instance
 from kprobe_tui.kernel.sources import locate
 from kprobe_tui.kernel.tracefs import Tracefs
-from kprobe_tui.probes.compile import ElfSymbols
+from kprobe_tui.probes.symbols import ElfSymbols
 from kprobe_tui.stream.parser import LineParser
 from kprobe_tui.stream.reader import StreamReader
 from kprobe_tui.stream.store import EventStore

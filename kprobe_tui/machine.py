@@ -9,13 +9,12 @@ little-endian x86-64 one, saying what it is instead.
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
 
+from kprobe_tui.elf import ELFCLASS32, ELFCLASS64, ELFDATA2LSB, ELFDATA2MSB, EM_X86_64, identify
 from kprobe_tui.errors import UserError
 from kprobe_tui.files import open_regular
 
-ELFCLASS64, ELFDATA2LSB, EM_X86_64 = 2, 1, 62
 _MACHINES = {3: "32-bit x86 (i386)", 8: "MIPS", 20: "PowerPC", 21: "64-bit PowerPC", 22: "s390", 40: "32-bit ARM",
              62: "x86-64", 183: "AArch64 (arm64)", 243: "RISC-V", 258: "LoongArch"}
 
@@ -24,14 +23,13 @@ def require_x86_64_elf(path: str | Path, what: str = "-x") -> None:
     """Nothing when ``path`` is an x86-64 ELF file; else a UserError saying what it is (and for a FIFO
     or a device, that it is not a file at all: this is the first open of a -x path)."""
     with open_regular(path, f"{what} file") as stream:
-        header = stream.read(20)
+        identity = identify(stream.read(20))
     hint = f"{what} takes a compiled x86-64 program or shared library"
-    if len(header) < 20 or header[:4] != b"\x7fELF":
+    if identity is None:
         raise UserError(f"{path}: not an ELF file", hint)
-    elf_class, data = header[4], header[5]
-    if elf_class not in (1, 2) or data not in (1, 2):
+    elf_class, data, machine = identity
+    if elf_class not in (ELFCLASS32, ELFCLASS64) or data not in (ELFDATA2LSB, ELFDATA2MSB):
         raise UserError(f"{path}: not a valid ELF file (class {elf_class}, data encoding {data})", hint)
-    (machine,) = struct.unpack_from("<H" if data == ELFDATA2LSB else ">H", header, 18)
     if (elf_class, data, machine) == (ELFCLASS64, ELFDATA2LSB, EM_X86_64):
         return
     name = _MACHINES.get(machine, f"machine {machine}")

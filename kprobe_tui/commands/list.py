@@ -6,9 +6,9 @@ import fnmatch
 import json
 
 from kprobe_tui.kernel import sources
-from kprobe_tui.kernel.events import OTHERS, STALE, Events
+from kprobe_tui.kernel.events import Events, Owner
 
-_MARK = {"this run": "*", "kprobe-tui": "+", "other run": "~", STALE: "!", OTHERS: " "}
+_MARK = {Owner.THIS_RUN: "*", Owner.PERSISTENT: "+", Owner.OTHER_RUN: "~", Owner.STALE: "!", Owner.OTHERS: " "}
 
 
 def add_parser(subparsers) -> None:
@@ -26,7 +26,7 @@ def run(args) -> int:
             print(json.dumps(event.to_json()))
         else:
             print(f"{_MARK[event.owner]} {event.definition}")
-    if not args.json and any(e.owner == STALE for e in shown):
+    if not args.json and any(e.owner == Owner.STALE for e in shown):
         print("\n! left by a kprobe-tui that died: remove with kprobe-tui cleanup")
     if not args.json and shown:
         print("(+ kprobe-tui persistent, * this run, ~ another running kprobe-tui, ! stale)")

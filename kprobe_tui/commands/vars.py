@@ -27,9 +27,9 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kprobe_tui.debuginfo.scope import ProbeSpec
+    from kprobe_tui.debuginfo.scope import PointSpec
 
-    spec = ProbeSpec.parse(args.spec)
+    spec = PointSpec.parse(args.spec)
     info = open_target(args)
     # The listing depends only on the DWARF and these words: asked again, it comes from the
     # index without parsing DWARF (nor importing pyelftools, a third of such a run).

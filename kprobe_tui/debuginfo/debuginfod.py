@@ -525,7 +525,7 @@ def _reason(exc: BaseException) -> str:
 
 def _resumes_at(response, done: int) -> bool:
     match = re.match(r"bytes (\d+)-", response.headers.get("Content-Range", ""))
-    return bool(match) and int(match[1]) == done
+    return match is not None and int(match[1]) == done
 
 
 def _total(response, done: int) -> int | None:
@@ -552,7 +552,8 @@ def _http_time(value: str | None) -> float | None:
 
 
 def _check_build_id(path: Path, build_id: str, url: str) -> None:
-    from kprobe_tui.debuginfo.locate import ElfSections, NotElf
+    from kprobe_tui.debuginfo.locate import ElfSections
+    from kprobe_tui.elf import NotElf
 
     try:
         found = ElfSections(path).build_id()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from kprobe_tui.debuginfo.scope import ProbePoint, ProbeSpec, Variable
+from kprobe_tui.debuginfo.scope import PointSpec, ProbePoint, Variable
 
 X86_64_REGISTERS = ["rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp",
                     "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15"]
@@ -50,7 +50,7 @@ def describe_location(variable: Variable, point: ProbePoint) -> str:
     return text
 
 
-def format_points(spec: ProbeSpec, points: list[ProbePoint], verbose: bool) -> str:
+def format_points(spec: PointSpec, points: list[ProbePoint], verbose: bool) -> str:
     out = [f"Available variables at {spec}\n"]
     for point in points:
         out.append(f"\t@<{point.function}+{point.offset}>\n")

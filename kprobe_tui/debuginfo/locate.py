@@ -9,8 +9,8 @@ build-id, and must be found, or types and variables would be missing.
 
 debuginfod is asked only when the files on disk fall short and DEBUGINFOD_URLS names servers.
 
-The ELF section table is read with struct, not pyelftools: a warm query answered from the index
-never needs pyelftools, and importing it is ~20 ms, a fifth of such a run.
+The ELF section table is read with our own reader (kprobe_tui.elf), not pyelftools: a warm query
+answered from the index never needs pyelftools, and importing it is ~20 ms, a fifth of such a run.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
+from kprobe_tui.elf import SHT_NOTE, ElfFile, NotElf, Section
 from kprobe_tui.errors import UserError
 from kprobe_tui.files import open_regular
 from kprobe_tui.machine import require_x86_64_elf
@@ -35,14 +36,12 @@ if TYPE_CHECKING:
 
     # A Client, or what makes one when it is first needed: most runs find everything on disk and
     # never pay for importing the client (urllib, ssl).
-    Debuginfod = Client | Callable[[], Client] | None
+    Debuginfod: TypeAlias = Client | Callable[[], Client] | None
 
 DEBUG_ROOT = Path("/usr/lib/debug")
 KERNEL_NOTES = Path("/sys/kernel/notes")
 NT_GNU_BUILD_ID = 3
-SHT_NOTE, SHT_NOBITS = 7, 8
 SHF_COMPRESSED = 0x800
-SHN_XINDEX = 0xFFFF
 
 KERNEL_PACKAGE_HINT = (
     "install the kernel's debug symbols: Debian `apt-get install linux-image-{r}-dbg`, "
@@ -68,70 +67,23 @@ class LocatedDebugInfo:
         return self.binary is None
 
 
-class NotElf(ValueError):
-    """The file is not an ELF file (or its section table is cut short)."""
-
-
-@dataclass(frozen=True)
-class Section:
-    type: int
-    flags: int
-    offset: int
-    size: int
-    align: int
-
-
 class ElfSections:
-    """The named sections of an ELF file and their contents, read with struct."""
+    """The named sections of an ELF file and their contents (the one ELF reader's, by name)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        with open_regular(path, "ELF file") as stream:
-            header = stream.read(64)
-            if len(header) < 52 or header[:4] != b"\x7fELF" or header[4] not in (1, 2) or header[5] not in (1, 2):
-                raise NotElf("bad ELF magic")
-            self.order = "<" if header[5] == 1 else ">"
-            is64 = header[4] == 2
-            if len(header) < 64 and is64:
-                raise NotElf("cut short in its header")
-            if is64:
-                (shoff,) = struct.unpack_from(self.order + "Q", header, 0x28)
-                entsize, count, names_index = struct.unpack_from(self.order + "HHH", header, 0x3A)
-                entry = self.order + "IIQQQQIIQQ"
-            else:
-                (shoff,) = struct.unpack_from(self.order + "I", header, 0x20)
-                entsize, count, names_index = struct.unpack_from(self.order + "HHH", header, 0x2E)
-                entry = self.order + "IIIIIIIIII"
-            self.sections: dict[str, Section] = {}
-            if shoff == 0:
-                return
-            stream.seek(shoff)
-            first = stream.read(entsize)
-            if entsize < struct.calcsize(entry) or len(first) < entsize:
-                raise NotElf("section table beyond the end of the file")
-            _, _, _, _, _, first_size, first_link, _, _, _ = struct.unpack_from(entry, first)
-            count = count or first_size  # extended numbering: the real count is in section 0
-            names_index = first_link if names_index == SHN_XINDEX else names_index
-            table = first + stream.read(entsize * (count - 1))
-            if len(table) < entsize * count or names_index >= count:
-                raise NotElf("section table beyond the end of the file")
-            rows = [struct.unpack_from(entry, table, i * entsize) for i in range(count)]
-            names_row = rows[names_index]
-            stream.seek(names_row[4])
-            names = stream.read(names_row[5])
-        self.is64 = is64
-        for name, kind, flags, _addr, offset, size, _link, _info, align, _entsize in rows:
-            label = names[name : names.find(b"\0", name)].decode(errors="replace")
-            self.sections.setdefault(label, Section(kind, flags, offset, size, align))
+        self.elf = ElfFile(path)
+        self.is64, self.order = self.elf.is64, self.elf.order
+        self.sections: dict[str, Section] = {}
+        for section in self.elf.sections:
+            self.sections.setdefault(section.name, section)
 
     def data(self, name: str) -> bytes | None:
         """A section's contents (inflated when compressed), or None when absent or NOBITS."""
         section = self.sections.get(name)
-        if section is None or section.type == SHT_NOBITS:
+        if section is None or not section.has_data:
             return None
-        with open(self.path, "rb") as stream:
-            stream.seek(section.offset)
-            raw = stream.read(section.size)
+        raw = self.elf.data(section)
         if section.flags & SHF_COMPRESSED:
             from kprobe_tui.debuginfo.sections import inflate
 
@@ -141,7 +93,7 @@ class ElfSections:
     @property
     def has_dwarf(self) -> bool:
         section = self.sections.get(".debug_info")
-        return section is not None and section.type != SHT_NOBITS
+        return section is not None and section.has_data
 
     def build_id(self) -> str | None:
         """The GNU build-id note, as lowercase hex."""

@@ -25,7 +25,9 @@ from typing import Any, TypeVar
 
 from kprobe_tui.blocking import blocking
 from kprobe_tui.debuginfo import dwarfinfo as dw
+from kprobe_tui.debuginfo.aranges import ArangeMap
 from kprobe_tui.debuginfo.corrupt import register, reports_corruption
+from kprobe_tui.debuginfo.dwarfopen import open_dwarf
 from kprobe_tui.debuginfo.index import NameIndex, cache_key, file_identity
 from kprobe_tui.debuginfo.locate import (
     LocatedDebugInfo,
@@ -33,6 +35,9 @@ from kprobe_tui.debuginfo.locate import (
     find_vmlinux,
     source_path,
 )
+from kprobe_tui.debuginfo.locexpr import location_at, location_ranges
+from kprobe_tui.debuginfo.symbols import FunctionSymbols
+from kprobe_tui.elf import ElfFile
 from kprobe_tui.errors import UserError
 
 Op = tuple[str, list[Any]]
@@ -99,7 +104,7 @@ SPEC_RE = re.compile(r"^(?P<func>[A-Za-z_][\w.]*)(?:@(?P<file>[^:%]+))?(?::(?P<l
 
 
 @dataclass
-class ProbeSpec:
+class PointSpec:
     """FUNC[@FILE][:RLN][%return], perf's probe point syntax for a function."""
 
     function: str
@@ -108,7 +113,7 @@ class ProbeSpec:
     is_return: bool = False
 
     @classmethod
-    def parse(cls, text: str) -> ProbeSpec:
+    def parse(cls, text: str) -> PointSpec:
         match = SPEC_RE.match(text)
         if not match or (match["line"] and match["ret"]):
             raise UserError(
@@ -198,7 +203,7 @@ class DebugInfo:
     @_answered_once
     def _opened(self):
         """(stream, ELFFile, DWARFInfo, mmap), on first use: a saved answer needs none of them."""
-        opened = dw.open_dwarf(self.located.debug_file, self.located.supplementary)
+        opened = open_dwarf(self.located.debug_file, self.located.supplementary)
         register(opened[2], self.located.debug_file)
         _ASKED[opened[2]] = self
         return opened
@@ -225,14 +230,14 @@ class DebugInfo:
 
     @_answered_once
     @reports_corruption(_debug_file)
-    def symbols(self) -> dw.SymbolTable:
-        return dw.SymbolTable(self.elf, self._mm, getattr(self.dwarf, "sections", None))
+    def symbols(self) -> FunctionSymbols:
+        return FunctionSymbols(ElfFile(self.located.debug_file, self._mm), getattr(self.dwarf, "sections", None))
 
     @_answered_once
     @reports_corruption(_debug_file)
-    def aranges(self) -> dw.ArangeMap:
+    def aranges(self) -> ArangeMap:
         section = self.dwarf.debug_aranges_sec  # relocated or inflated where the file needs it
-        return dw.ArangeMap.read(section.stream.getvalue()) if section is not None else dw.ArangeMap()
+        return ArangeMap.read(section.stream.getvalue()) if section is not None else ArangeMap()
 
     @_answered_once
     @reports_corruption(_debug_file)
@@ -350,11 +355,7 @@ class DebugInfo:
     @_answered_once
     def _load_segments(self) -> list[tuple[int, int, int]]:
         """(vaddr, memsz, offset) of the probed binary's PT_LOAD segments (not the debug file's)."""
-        from elftools.elf.elffile import ELFFile
-
-        with open(self.located.binary, "rb") as stream:
-            return [(s.header.p_vaddr, s.header.p_memsz, s.header.p_offset)
-                    for s in ELFFile(stream).iter_segments() if s.header.p_type == "PT_LOAD"]
+        return [(s.vaddr, s.memsz, s.offset) for s in ElfFile(self.located.binary).load_segments()]
 
     @one_question_at_a_time
     def file_offset(self, address: int) -> int | None:
@@ -375,9 +376,9 @@ class DebugInfo:
 
     @one_question_at_a_time
     @reports_corruption(_debug_file)
-    def probe_points(self, spec: str | ProbeSpec, externs: bool = False) -> list[ProbePoint]:
+    def probe_points(self, spec: str | PointSpec, externs: bool = False) -> list[ProbePoint]:
         """The addresses perf probe would use for a spec, each with the variables perf -V lists."""
-        spec = spec if isinstance(spec, ProbeSpec) else ProbeSpec.parse(spec)
+        spec = spec if isinstance(spec, PointSpec) else PointSpec.parse(spec)
         definitions = self.definitions(spec.function, spec.file)
         if not definitions:
             raise UserError(f"function {spec.function!r} not found in the debug info of {self.located.debug_file}",
@@ -409,7 +410,7 @@ class DebugInfo:
             unique.setdefault(point.address, point)
         return list(unique.values())
 
-    def _check_line_owns(self, unit: dw.CUData, spec: ProbeSpec, file: str, line: int, address: int) -> None:
+    def _check_line_owns(self, unit: dw.CUData, spec: PointSpec, file: str, line: int, address: int) -> None:
         """perf's verify_representive_line: refuse a line whose address maps back to another line."""
         from kprobe_tui.debuginfo.lines import line_info
 
@@ -439,7 +440,7 @@ class DebugInfo:
                 return candidate
         return chain[-1] if chain else None
 
-    def _point(self, scope, address: int, spec: ProbeSpec, line: int, file: str | None, externs: bool) -> ProbePoint:
+    def _point(self, scope, address: int, spec: PointSpec, line: int, file: str | None, externs: bool) -> ProbePoint:
         function = scope if dw.is_func_def(scope) else self.real_function_at(scope.cu, address)
         entry = dw.entry_pc(function, self.units) if function is not None else None
         if function is not None and entry is not None:
@@ -464,7 +465,7 @@ class DebugInfo:
     @one_question_at_a_time
     def variables_at(self, scope, function, address: int, externs: bool = False) -> list[Variable]:
         """Parameters and locals visible at an address (perf's collect_variables_cb), listed or not."""
-        frame = dw.location_at(function, "DW_AT_frame_base", address, self.units)
+        frame = location_at(function, "DW_AT_frame_base", address, self.units)
         frame_base = frame.ops if frame else None
         entry = dw.entry_pc(function, self.units)
         found: list[Variable] = []
@@ -492,14 +493,14 @@ class DebugInfo:
         )
         if "DW_AT_external" in die.attributes:
             variable.is_external = True
-            found = dw.location_at(die, "DW_AT_location", address, self.units)
+            found = location_at(die, "DW_AT_location", address, self.units)
             variable.location = found.ops if found else None
             variable.listed_by_perf = True
         elif "DW_AT_const_value" in die.attributes:  # perf reads it without following abstract_origin
             variable.const_value = die.attributes["DW_AT_const_value"].value
             variable.listed_by_perf = True
         else:
-            found = dw.location_at(die, "DW_AT_location", address, self.units)
+            found = location_at(die, "DW_AT_location", address, self.units)
             if found is None and variable.is_param and address == entry:
                 found = self._first_location_after(die, function, address)
             if found is not None and found.ops:
@@ -514,14 +515,14 @@ class DebugInfo:
 
     def _first_location_after(self, die, function, address: int):
         """perf's fentry fuzz: a parameter without a location at entry takes its first one in the body."""
-        ranges = dw.location_ranges(die, self.units)
+        ranges = location_ranges(die, self.units)
         if not ranges or "DW_AT_high_pc" not in function.attributes:
             return None  # perf asks dwarf_highpc, which fails for a function in several ranges
         high = dw.ranges_of(function, self.units)[0][1]
         later = sorted(low for low, end in ranges if address < end and low <= high)
         for low in later:
             at = max(low, address + 1)
-            found = dw.location_at(die, "DW_AT_location", at, self.units)
+            found = location_at(die, "DW_AT_location", at, self.units)
             if found is not None:
                 return found
         return None

@@ -25,12 +25,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from kprobe_tui.elf import SHN_ABS, SHN_LORESERVE, SymbolTable
 from kprobe_tui.errors import UserError
 
 SHF_ALLOC = 0x2
 SHF_COMPRESSED = 0x800
 SHT_RELA = 4
-SHN_LORESERVE, SHN_ABS = 0xFF00, 0xFFF1
 ELFCOMPRESS_ZLIB, ELFCOMPRESS_ZSTD = 1, 2
 EM_X86_64 = 62
 # x86-64 relocation types found in debug sections: (struct format of the field, pc-relative)
@@ -90,7 +90,8 @@ class DebugSections:
         address = self.layout.get(index, header.sh_addr)
         if not header.sh_flags & SHF_COMPRESSED and index not in self._rela_for:
             stream = MappedStream(self.mm, header.sh_offset, header.sh_size)
-            return DebugSectionDescriptor(stream, name, header.sh_offset, header.sh_size, address)
+            # pyelftools reads any stream with read/seek/tell; it names IO[bytes]
+            return DebugSectionDescriptor(stream, name, header.sh_offset, header.sh_size, address)  # type: ignore[arg-type]
         data = bytearray(self._contents(index, header))
         for rela in self._rela_for.get(index, ()):
             self._relocate(data, index, rela)
@@ -136,9 +137,10 @@ class DebugSections:
         cached = self._symbols_cache.get(symtab_index)
         if cached is None:
             header = self.elf.get_section(symtab_index).header
-            data = self.mm[header.sh_offset : header.sh_offset + header.sh_size]
+            table = SymbolTable(self.mm[header.sh_offset : header.sh_offset + header.sh_size], b"",
+                                self.elf.elfclass == 64, self._order)
             cached = [self.symbol_address(shndx, value) if shndx != SHN_ABS else value
-                      for _name, _info, _other, shndx, value, _size in struct.iter_unpack(self._order + "IBBHQQ", data)]
+                      for _name, _info, _other, shndx, value, _size in table.rows()]
             self._symbols_cache[symtab_index] = cached
         return cached
 

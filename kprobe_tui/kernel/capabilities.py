@@ -192,12 +192,12 @@ def detect(sources: KernelSources) -> Capabilities:
              "a private ring buffer per kprobe-tui, so we never steal trace_pipe from other readers",
              "no tracing instances: events go through the global buffer, shared with other tools")
     readme = ""
-    if exists("README"):
+    if tracefs is not None and exists("README"):
         try:
             readme = (tracefs / "README").read_text(errors="replace")
         except OSError:
             readme = ""
-    for key, label, marker, if_present, if_missing in _README_FEATURES:
+    for key, label, _marker, if_present, if_missing in _README_FEATURES:
         add(key, label, readme_offers(readme, key), if_present, if_missing)
 
     ftrace_ok, ftrace_why = _readable(tracefs / "available_filter_functions" if tracefs else None)
@@ -225,7 +225,8 @@ def detect(sources: KernelSources) -> Capabilities:
              f"no kernel BTF ({btf_why}): no prototypes; arguments need a vmlinux with debug info "
              "(CONFIG_DEBUG_INFO_BTF gives it)")
 
-    probe_file = next((tracefs / name for name in ("kprobe_events", "uprobe_events") if exists(name)), None)
+    probe_file = next((tracefs / name for name in ("kprobe_events", "uprobe_events") if exists(name)), None) \
+        if tracefs is not None else None
     writable = sources.live and probe_file is not None and may(probe_file, os.W_OK)
     add("write", "create probes", writable,
              f"this user ({who_am_i}) can create and remove probes",

@@ -11,10 +11,12 @@ from __future__ import annotations
 import bisect
 import os
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.files import MiB, NoSuchFile, read_regular
@@ -114,6 +116,26 @@ class Function:
         }
 
 
+@runtime_checkable
+class FunctionCatalog(Protocol):
+    """What the function browser and the probe pipeline ask of a list of functions: the kernel's
+    (``Catalog``) or a user binary's (``probes.binary.BinaryCatalog``), each saying it its own way."""
+
+    names: list[str]  # sorted
+    notes: list[str]  # what is missing and why, for the user
+    details_ready: bool  # warm() has run: function() answers without loading anything
+    labels: Mapping[Status, str]  # each status in this catalog's words, in the legend's order
+    missing_prototype: str  # what the detail pane says when a function has no prototype
+    function: Callable[[str], Function]
+
+    def __len__(self) -> int: ...
+    def status(self, name: str) -> Status: ...
+    def classify(self, name: str) -> tuple[Status, str]: ...
+    def module(self, name: str) -> str: ...
+    def where(self, function: Function) -> str: ...
+    def warm(self) -> None: ...
+
+
 def _read_lines(path: Path | None, what: str, notes: list[str]) -> list[str] | None:
     """A file's lines, or None with a note naming the file and the reason."""
     if path is None:
@@ -130,6 +152,11 @@ def _read_lines(path: Path | None, what: str, notes: list[str]) -> list[str] | N
 
 class Catalog:
     """Names sorted for browsing; per-name facts looked up on demand and cached."""
+
+    labels: Mapping[Status, str] = {status: status.value for status in (
+        Status.FTRACE, Status.BREAKPOINT, Status.PROBEABLE, Status.CLONE, Status.AMBIGUOUS, Status.BLACKLISTED,
+        Status.HIDDEN)}
+    missing_prototype = "(no prototype: not in BTF)"
 
     def __init__(self, sources: KernelSources) -> None:
         self.sources = sources
@@ -250,6 +277,10 @@ class Catalog:
         if found is None:
             found = self._classified[name] = self._classify(name, self._symbols_of(name))
         return found
+
+    def where(self, function: Function) -> str:
+        """Where the detail pane says a function lives."""
+        return f"module {function.module}" if function.module else "core kernel"
 
     def module(self, name: str) -> str:
         symbols = self._symbols.get(name)

@@ -10,30 +10,42 @@ removed before the error goes up.
 
 from __future__ import annotations
 
+import builtins  # Events.list shadows the builtin in its annotations
 import fnmatch
+import functools
 import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import StrEnum
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.tracefs import KernelRefused, Tracefs
+from kprobe_tui.kernel.triggers import SYNTHETIC_GROUP, remove_run_triggers, scoped_run
 from kprobe_tui.probes.render import unique_name
 from kprobe_tui.probes.spec import DEFAULT_PERSISTENT_GROUP, MAX_EVENT_NAME_LEN, CompiledProbe
 
-# Who a group belongs to, as ``list`` marks it.
-THIS_RUN = "this run"
-PERSISTENT = "kprobe-tui"
-OTHER_RUN = "other run"  # a live kprobe-tui process
-STALE = "stale"  # a kprobe-tui run that died without cleaning up
-OTHERS = ""
+
+class Owner(StrEnum):
+    """Who a group belongs to, as ``list`` marks it (a str: JSON and the columns show the value)."""
+
+    THIS_RUN = "this run"
+    PERSISTENT = "kprobe-tui"
+    OTHER_RUN = "other run"  # a live kprobe-tui process
+    STALE = "stale"  # a kprobe-tui run that died without cleaning up
+    OTHERS = ""
+
+
+# The short names callers use.
+THIS_RUN, PERSISTENT, OTHER_RUN = Owner.THIS_RUN, Owner.PERSISTENT, Owner.OTHER_RUN
+STALE, OTHERS = Owner.STALE, Owner.OTHERS
 
 _KIND_FILE = {"p": "kprobe_events", "r": "kprobe_events", "f": "dynamic_events", "t": "dynamic_events", "e": "dynamic_events"}
 _DEFINITION = re.compile(r"^(?P<prefix>[a-z])\d*:(?P<group>[^/\s]+)/(?P<event>\S+)\s*(?P<rest>.*)$")
 
 
-def owner_of(group: str) -> str:
+def owner_of(group: str) -> Owner:
     """Whose a group is: this run, kprobe-tui's persistent group, another run, a dead run, or someone else."""
     if group == lifetime.own_name():
         return THIS_RUN
@@ -42,6 +54,11 @@ def owner_of(group: str) -> str:
     if lifetime.is_run_scoped(group):
         return STALE if lifetime.is_stale(group) else OTHER_RUN
     return OTHERS
+
+
+def instance_run(name: str) -> str | None:
+    """The run an instance belongs to: its own name (``kptui_<pid>``), or a run's ``scoped_name``."""
+    return name if lifetime.is_run_scoped(name) else scoped_run(name)
 
 
 @dataclass(frozen=True)
@@ -59,7 +76,10 @@ class DynamicEvent:
         return f"{self.group}/{self.event}"
 
     @property
-    def owner(self) -> str:
+    def owner(self) -> Owner:
+        if self.group == SYNTHETIC_GROUP:  # one group for everyone's: the name says whose
+            run = scoped_run(self.event)
+            return owner_of(run) if run else OTHERS
         return owner_of(self.group)
 
     @property
@@ -118,10 +138,10 @@ class Events:
                         found[event.full_name] = event
         return sorted(found.values(), key=lambda e: (e.group, e.event))
 
-    def events_in(self, group: str) -> list[DynamicEvent]:
+    def events_in(self, group: str) -> builtins.list[DynamicEvent]:
         return [e for e in self.list() if e.group == group]
 
-    def match(self, pattern: str) -> list[DynamicEvent]:
+    def match(self, pattern: str) -> builtins.list[DynamicEvent]:
         """Events a ``del`` pattern names: ``GROUP/EVENT`` or ``GROUP:EVENT`` (globs), or ``EVENT`` glob.
 
         Without a group only kprobe-tui's own groups match (persistent and stale runs): others'
@@ -158,7 +178,7 @@ class Events:
 
     # -- writing -------------------------------------------------------------------------------
 
-    def create(self, probes: Iterable[CompiledProbe], run_scoped: bool = False) -> list[DynamicEvent]:
+    def create(self, probes: Iterable[CompiledProbe], run_scoped: bool = False) -> builtins.list[DynamicEvent]:
         """Define probes (all or none); run-scoped ones are removed when this run ends, however it ends.
 
         Every definition is checked before the first is written (``CompiledProbe.check``), and each
@@ -183,7 +203,7 @@ class Events:
                 if run_scoped:  # registered at once: a signal may end the run before this call returns
                     group, event, rel = probe.group, probe.event, probe.control_file
                     self._undo_tokens[f"{group}/{event}"] = lifetime.undo.push(
-                        f"probe {group}/{event}", lambda g=group, e=event, r=rel: self._remove(g, e, r)
+                        f"probe {group}/{event}", functools.partial(self._remove, group, event, rel)
                     )
                 if probe.spec.filter:
                     self.set_filter(probe.group, probe.event, probe.spec.filter)
@@ -255,7 +275,7 @@ class Events:
         else:
             self._remove(group, event, rel)
 
-    def delete_group(self, group: str) -> list[DynamicEvent]:
+    def delete_group(self, group: str) -> builtins.list[DynamicEvent]:
         events = self.events_in(group)
         for event in events:
             self.delete(event)
@@ -276,38 +296,50 @@ class Events:
                 "something else still uses it (perf, another trace instance): stop that first",
             ) from exc
 
-    def _buffers(self) -> list[Tracefs]:
-        """The top-level buffer, this run's instance and stale runs' instances: where our events may be on."""
+    def _buffers(self) -> builtins.list[Tracefs]:
+        """The top-level buffer, this run's instances and stale runs' instances: where our events may be on."""
         buffers = [self.tracefs]
         for name in self._instance_names():
-            if name == lifetime.own_name() or lifetime.is_stale(name):
+            run = instance_run(name)
+            if run is not None and (run == lifetime.own_name() or lifetime.is_stale(run)):
                 buffers.append(Tracefs(self.tracefs.path(f"instances/{name}")))
         return buffers
 
-    def _instance_names(self) -> list[str]:
+    def _instance_names(self) -> builtins.list[str]:
         return self.tracefs.listdir("instances")
 
     # -- cleanup -------------------------------------------------------------------------------
 
-    def stale_groups(self) -> list[str]:
-        return sorted({e.group for e in self.list() if e.owner == STALE})
+    def stale_events(self) -> builtins.list[DynamicEvent]:
+        """Probes and synthetic events of dead runs."""
+        return [e for e in self.list() if e.owner == STALE]
 
-    def stale_instances(self) -> list[str]:
-        return [name for name in self._instance_names() if lifetime.is_stale(name)]
+    def stale_groups(self) -> builtins.list[str]:
+        """Probe groups of dead runs (synthetic events share one group with everyone's: not listed)."""
+        return sorted({e.group for e in self.stale_events() if e.group != SYNTHETIC_GROUP})
 
-    def cleanup(self) -> tuple[list[str], list[DynamicEvent]]:
-        """Remove what dead runs left: their instances first (that disables events in them), then groups,
+    def stale_instances(self) -> builtins.list[str]:
+        return [name for name in self._instance_names() if (run := instance_run(name)) and lifetime.is_stale(run)]
+
+    def cleanup(self) -> tuple[builtins.list[str], builtins.list[DynamicEvent]]:
+        """Remove what dead runs left: their triggers, then their instances (that disables events in
+        them), then their probes and synthetic events (the kernel refuses those while a trigger is on),
         then the lock files of dead runs that left nothing (``lifetime``)."""
         instances = self.stale_instances()
         for name in instances:
+            run = instance_run(name)
+            if run is not None:  # always, for a stale instance: the name says whose it was
+                remove_run_triggers(self.tracefs, name, run)
             try:
                 os.rmdir(self.tracefs.path(f"instances/{name}"))
             except OSError as exc:
                 raise UserError(f"cannot remove instance {name}: {exc.strerror}", "is something reading its trace_pipe?") from exc
         removed: list[DynamicEvent] = []
-        for group in self.stale_groups():
-            removed += self.delete_group(group)
-        left = {event.group for event in self.list()} | set(self._instance_names())
+        for event in self.stale_events():
+            self.delete(event)
+            removed.append(event)
+        left = {instance_run(name) for name in self._instance_names()}
+        left |= {scoped_run(e.event) if e.group == SYNTHETIC_GROUP else e.group for e in self.list()}
         for name in lifetime.dead_runs():
             if name not in left:
                 lifetime.forget(name)

@@ -20,7 +20,7 @@ from kprobe_tui.kernel.events import Events
 from kprobe_tui.kernel.tracefs import Tracefs
 
 _STATS_FIELD = re.compile(r"^(overrun|dropped events):\s*(\d+)", re.M)
-_TRACEPOINT = re.compile(r"[A-Za-z0-9_][\w-]*", re.ASCII)  # a tracepoint's group or event: no '/', no '..' 
+_TRACEPOINT = re.compile(r"[A-Za-z0-9_][\w-]*", re.ASCII)  # a tracepoint's group or event: no '/', no '..'
 
 
 def resolve_events(events: Events, patterns: list[str]) -> list[tuple[str, str]]:

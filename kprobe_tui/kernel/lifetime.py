@@ -35,9 +35,9 @@ import signal
 import stat
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import psutil
 
@@ -261,7 +261,7 @@ def _release_names(failed: bool) -> None:
         for claim in _claims.values():
             if claim.fd is None:
                 continue
-            if not failed:
+            if not failed and claim.lock is not None:  # a claim holding a lock has its file
                 try:
                     os.unlink(claim.lock)
                 except OSError as exc:

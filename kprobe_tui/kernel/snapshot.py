@@ -26,6 +26,7 @@ import tempfile
 import time
 import zlib
 from pathlib import Path
+from typing import Literal
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.files import MiB, NoSuchFile, open_regular, read_regular, write_atomic
@@ -48,8 +49,8 @@ MAX_TOTAL = 256 * MiB
 MAX_MEMBERS = 10000
 # The members a snapshot is read for, and nothing else (other names are skipped, not unpacked).
 _MEMBER_NAMES = re.compile(
-    r"manifest\.json|tracefs/(?:%s|error_log|instances/\.present)|debugfs/kprobes/blacklist|proc/kallsyms"
-    r"|btf/(?!\.\.?$)[^/\x00]+" % "|".join(map(re.escape, TRACEFS_FILES))
+    r"manifest\.json|tracefs/(?:" + "|".join(map(re.escape, TRACEFS_FILES)) + r"|error_log|instances/\.present)"
+    r"|debugfs/kprobes/blacklist|proc/kallsyms|btf/(?!\.\.?$)[^/\x00]+"
 )
 _MANIFEST_FIELDS = {"release": str, "captured": str, "missing": list}
 
@@ -101,7 +102,7 @@ def capture(sources: KernelSources, out: Path, module_btf: bool = True, replace:
         "missing": missing,
     }
     members[MANIFEST] = json.dumps(manifest, indent=1).encode()
-    mode = "w:xz" if out.name.endswith((".xz", ".txz")) else "w:gz"
+    mode: Literal["w:xz", "w:gz"] = "w:xz" if out.name.endswith((".xz", ".txz")) else "w:gz"
 
     def write(stream) -> None:
         with tarfile.open(out.name, mode, fileobj=stream) as archive:
@@ -209,6 +210,7 @@ def unpack(stream, root: Path) -> None:
             target = root / member.name
             target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             source = archive.extractfile(member)
+            assert source is not None  # regular files only reach here: each has its contents
             try:
                 fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             except FileExistsError:

@@ -72,7 +72,7 @@ def _mount(fstype: str, target: Path, without_it: str, notes: list[str]) -> Path
     if not target.is_dir():
         return None
     if os.geteuid() != 0:
-        reason = "not root"
+        reason: str | None = "not root"
     else:
         try:
             result = subprocess.run(
@@ -116,12 +116,13 @@ def from_args(args) -> KernelSources:
     if not any(overrides.values()):
         return locate()
     for name in ("kallsyms", "btf"):  # a FIFO or a device here would hang or never end a reader: say so now
-        if overrides[name]:
-            open_regular(overrides[name], f"--{name} file").close()
+        given = overrides[name]
+        if given:
+            open_regular(given, f"--{name} file").close()
     live = locate(mount=False) if not overrides["tracefs"] else None
     btf = Path(overrides["btf"]) if overrides["btf"] else DEFAULT_BTF_DIR / "vmlinux"
     return KernelSources(
-        tracefs=Path(overrides["tracefs"]) if overrides["tracefs"] else live.tracefs,
+        tracefs=Path(overrides["tracefs"]) if overrides["tracefs"] else (live.tracefs if live else None),
         debugfs=Path(overrides["debugfs"]) if overrides["debugfs"] else (live.debugfs if live else None),
         kallsyms=Path(overrides["kallsyms"]) if overrides["kallsyms"] else DEFAULT_KALLSYMS,
         btf_dir=btf.parent,

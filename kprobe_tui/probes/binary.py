@@ -13,10 +13,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from kprobe_tui.debuginfo.corrupt import read_errors, reports_corruption
+from kprobe_tui.debuginfo.corrupt import reports_corruption
+from kprobe_tui.elf import SHN_UNDEF, STT_FUNC, STT_GNU_IFUNC, ElfFile
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.catalog import Function, Status, Symbol, clone_reason
 from kprobe_tui.machine import require_x86_64_elf
+from kprobe_tui.probes.symbols import ELF_READ_ERRORS
 
 # What each Status means for a function of a user binary.
 WITH_DEBUG_INFO = Status.FTRACE  # DWARF describes it: arguments and locals by name
@@ -129,7 +131,7 @@ class BinaryCatalog:
 
         try:
             info = open_debuginfo(binary=str(self.path), debuginfod=Client(offline=True))
-            info.aranges  # the address -> unit map every DWARF question starts from
+            info.aranges  # noqa: B018 (a cached property, read for its effect): the address -> unit map every DWARF question starts from
             return info
         except UserError as exc:
             self.notes.append(f"no debug info: {exc.message}")
@@ -203,58 +205,32 @@ def _spelled_type(die) -> str:
 
 
 def _read_function_symbols(path: Path) -> dict[str, list[_FunctionSymbol]]:
-    """name -> its FUNC/IFUNC symbols, one per address (.symtab and .dynsym repeat each other).
-
-    Section headers come from pyelftools; the tables are unpacked with struct (10x faster on big libraries).
-    """
-    from elftools.elf.elffile import ELFFile
-
+    """name -> its FUNC/IFUNC symbols, one per address (.symtab and .dynsym repeat each other)."""
     found: dict[str, list[_FunctionSymbol]] = defaultdict(list)
     try:
-        with open(path, "rb") as stream:
-            elf = ELFFile(stream)
-            sections = [section.name for section in elf.iter_sections()]
-            order = "<" if elf.little_endian else ">"
-            for table in (".symtab", ".dynsym"):
-                section = elf.get_section_by_name(table)
-                if section is None:
+        elf = ElfFile(path, what="-x file")
+        sections = [section.name for section in elf.sections]
+        for table_name in (".symtab", ".dynsym"):
+            table = elf.symbols(table_name)
+            strings = table.strings if table is not None else b""
+            for name_at, info, _other, index, value, size in table.rows() if table is not None else ():
+                kind = _SYMBOL_TYPES.get(info & 0xF)
+                if kind is None or not name_at:
                     continue
-                strings = elf.get_section(section["sh_link"]).data()
-                for name_at, info, index, value, size in _unpack_symbols(section.data(), elf.elfclass, order):
-                    kind = _SYMBOL_TYPES.get(info & 0xF)
-                    if kind is None or not name_at:
-                        continue
-                    name = strings[name_at : strings.index(b"\0", name_at)].decode(errors="replace")
-                    name = name.split("@", 1)[0]  # .symtab spells versions: printf@GLIBC_2.2.5
-                    same = found[name]
-                    if index == 0:  # SHN_UNDEF: imported
-                        if not same:
-                            same.append(_FunctionSymbol(0, 0, kind, ""))
-                        continue
-                    where = sections[index] if index < len(sections) else "*ABS*"
-                    symbol = _FunctionSymbol(value, size, kind, where)
-                    if all(s.address != symbol.address or not s.section for s in same):
-                        same[:] = [s for s in same if s.section] + [symbol]
-    except FileNotFoundError:
-        raise UserError(f"{str(path)!r}: no such file", "give the path of an executable or shared library (-x PATH)") from None
-    except IsADirectoryError:
-        raise UserError(f"{str(path)!r}: is a directory", "give the path of an executable or shared library (-x PATH)") from None
-    except read_errors() as exc:  # a symbol table whose offsets and lengths lead nowhere
+                name = strings[name_at : strings.find(b"\0", name_at)].decode(errors="replace")  # SymbolTable.name
+                name = name.split("@", 1)[0]  # .symtab spells versions: printf@GLIBC_2.2.5
+                same = found[name]
+                if index == SHN_UNDEF:  # imported
+                    if not same:
+                        same.append(_FunctionSymbol(0, 0, kind, ""))
+                    continue
+                symbol = _FunctionSymbol(value, size, kind, sections[index] if index < len(sections) else "*ABS*")
+                if all(s.address != symbol.address or not s.section for s in same):
+                    same[:] = [s for s in same if s.section] + [symbol]
+    except ELF_READ_ERRORS as exc:  # a symbol table whose offsets and lengths lead nowhere
         raise UserError(f"{str(path)!r}: not a readable ELF file ({type(exc).__name__}: {exc})",
                         "-x takes a compiled program or shared library") from None
     return dict(found)
 
 
-_SYMBOL_TYPES = {2: "STT_FUNC", 10: "STT_GNU_IFUNC"}
-
-
-def _unpack_symbols(data: bytes, elfclass: int, order: str):
-    """(name offset, st_info, st_shndx, st_value, st_size) of each Elf32_Sym / Elf64_Sym."""
-    import struct
-
-    if elfclass == 64:
-        for name_at, info, _other, index, value, size in struct.iter_unpack(order + "IBBHQQ", data):
-            yield name_at, info, index, value, size
-    else:
-        for name_at, value, size, info, _other, index in struct.iter_unpack(order + "IIIBBH", data):
-            yield name_at, info, index, value, size
+_SYMBOL_TYPES = {STT_FUNC: "STT_FUNC", STT_GNU_IFUNC: "STT_GNU_IFUNC"}

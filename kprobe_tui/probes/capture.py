@@ -163,9 +163,9 @@ def _dwarf_members(node: VariableNode) -> list[VariableNode]:
         member = loc.find_member(real, name, f"{node.expression}{op}{name}")
         expression = f"{node.expression}{op}{name}"
         type_die = loc.type_of(member.die)
-        if member.bit_offset is not None:
+        if member.bits is not None:
             where = f"bits {member.bit_size}@{member.bit_offset}"
-            kids.append(_dwarf_node(expression, name, type_die, where, (member.bit_offset, member.bit_size)))
+            kids.append(_dwarf_node(expression, name, type_die, where, member.bits))
         else:
             kids.append(_dwarf_node(expression, name, type_die, f"+{member.byte_offset}"))
     return kids

@@ -11,16 +11,14 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Iterable
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from kprobe_tui.blocking import blocking
-from kprobe_tui.debuginfo.corrupt import read_errors, reports_corruption
+from kprobe_tui.debuginfo.corrupt import reports_corruption
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.capabilities import readme_offers
-from kprobe_tui.machine import require_x86_64_elf
 from kprobe_tui.probes.render import always_quoted, default_arg_name, default_event_name, unique_name
 from kprobe_tui.probes.spec import (
     LOCALS_GONE,
@@ -32,85 +30,10 @@ from kprobe_tui.probes.spec import (
     ProbeArg,
     ProbeSpec,
 )
+from kprobe_tui.probes.symbols import data_symbol_containing, elf_symbols, symbol_address
 
 # x86_64 System V: integer parameters 1..6.
 ARG_REGISTERS = ("di", "si", "dx", "cx", "r8", "r9")
-
-
-@dataclass(frozen=True)
-class ElfSymbol:
-    name: str
-    address: int  # virtual address in the file
-    size: int
-    file_offset: int  # what a uprobe place needs
-
-
-class ElfSymbols:
-    """Function symbols of one ELF file and the virtual-address -> file-offset map of its segments."""
-
-    def __init__(self, path: str | Path) -> None:
-        from elftools.elf.elffile import ELFFile
-
-        self.path = Path(path)
-        require_x86_64_elf(self.path)
-        try:
-            with open(self.path, "rb") as stream:
-                elf = ELFFile(stream)
-                self.has_debug_info = elf.get_section_by_name(".debug_info") is not None
-                self.segments = [
-                    (seg["p_vaddr"], seg["p_filesz"], seg["p_offset"])
-                    for seg in elf.iter_segments()
-                    if seg["p_type"] == "PT_LOAD"
-                ]
-                self.functions: dict[str, list[ElfSymbol]] = {}
-                for section_name in (".symtab", ".dynsym"):
-                    section = elf.get_section_by_name(section_name)
-                    if section is None:
-                        continue
-                    for sym in section.iter_symbols():
-                        if sym["st_info"]["type"] not in ("STT_FUNC", "STT_GNU_IFUNC") or not sym["st_value"]:
-                            continue
-                        same = self.functions.setdefault(sym.name, [])
-                        if all(s.address != sym["st_value"] for s in same):
-                            offset = self.file_offset(sym["st_value"])
-                            same.append(ElfSymbol(sym.name, sym["st_value"], sym["st_size"], offset))
-        except FileNotFoundError:
-            raise UserError(f"{str(path)!r}: no such file", "give the path of an executable or shared library") from None
-        except read_errors() as exc:  # a symbol or program header table whose offsets lead nowhere
-            raise UserError(f"{str(path)!r}: not a readable ELF file ({type(exc).__name__}: {exc})",
-                            "give an executable or shared library") from None
-
-    def file_offset(self, address: int) -> int:
-        """Where a virtual address sits in the file: uprobes are placed by file offset."""
-        for vaddr, filesz, offset in self.segments:
-            if vaddr <= address < vaddr + filesz:
-                return address - vaddr + offset
-        raise UserError(f"0x{address:x} is in no loadable segment of {self.path}", "probe an address inside the code")
-
-    def function(self, name: str) -> ElfSymbol:
-        found = self.functions.get(name)
-        if not found:
-            raise UserError(
-                f"{name!r}: no such function in {self.path}",
-                f"list them with: kprobe-tui funcs -x {shlex.quote(str(self.path))}, or nm -D {shlex.quote(str(self.path))}",
-            )
-        if len(found) > 1:
-            where = ", ".join(f"0x{s.address:x}" for s in found)
-            raise UserError(f"{name!r}: {len(found)} functions share this name in {self.path} ({where})", "probe by FUNC@SRC or by address")
-        return found[0]
-
-    def containing(self, address: int) -> ElfSymbol | None:
-        """The function an address is in, for naming the place the way perf and bpftrace do."""
-        for symbols in self.functions.values():
-            for sym in symbols:
-                if sym.address <= address < sym.address + max(sym.size, 1):
-                    return sym
-        return None
-
-
-@lru_cache(maxsize=16)
-def elf_symbols(path: str) -> ElfSymbols:
-    return ElfSymbols(path)
 
 
 def uprobe_data_fetch(binary: str, data_address: int, probe_address: int) -> str:
@@ -162,21 +85,8 @@ def _raw_fetch(
         if not spec.is_uprobe:
             return f"@{arg.var}" + (f"{arg.index:+d}" if arg.index else "")
         # uprobes cannot name symbols: compute the address relative to the probed mapping
-        return uprobe_data_fetch(spec.binary, _data_symbol_address(spec.binary, arg.var) + arg.index, probe_address)
+        return uprobe_data_fetch(spec.binary, symbol_address(spec.binary, arg.var) + arg.index, probe_address)
     raise UserError(f"{arg.text!r}: needs debug info to compile", "give a binary with DWARF (-x) or a vmlinux (-k)")
-
-
-def _data_symbol_address(binary: str, name: str) -> int:
-    from elftools.elf.elffile import ELFFile
-
-    with open(binary, "rb") as stream:
-        elf = ELFFile(stream)
-        for section_name in (".symtab", ".dynsym"):
-            section = elf.get_section_by_name(section_name)
-            for sym in section.get_symbol_by_name(name) or () if section else ():
-                if sym["st_value"]:
-                    return sym["st_value"]
-    raise UserError(f"@{name}: no such symbol in {binary}", f"list them with: nm {shlex.quote(binary)}")
 
 
 def needs_debuginfo(spec: ProbeSpec) -> bool:
@@ -645,33 +555,10 @@ def _absolute_fetch(info, spec: ProbeSpec, probe_address: int):
         return lambda address: uprobe_data_fetch(spec.binary, address, probe_address)
 
     def kernel(address: int) -> str:
-        name, delta = _data_symbol_containing(str(info.located.debug_file), address)
+        name, delta = data_symbol_containing(str(info.located.debug_file), address)
         return f"@{name}{delta:+d}" if delta else f"@{name}"
 
     return kernel
-
-
-@lru_cache(maxsize=4)
-def _data_symbols(path: str) -> list[tuple[int, int, str]]:
-    from elftools.elf.elffile import ELFFile
-
-    with open(path, "rb") as stream:
-        section = ELFFile(stream).get_section_by_name(".symtab")
-        return sorted(
-            (sym["st_value"], sym["st_size"], sym.name)
-            for sym in (section.iter_symbols() if section is not None else ())
-            if sym["st_info"]["type"] == "STT_OBJECT" and sym["st_value"]
-        )
-
-
-def _data_symbol_containing(path: str, address: int) -> tuple[str, int]:
-    import bisect
-
-    symbols = _data_symbols(path)
-    i = bisect.bisect_right(symbols, (address, float("inf"), "")) - 1
-    if i >= 0 and symbols[i][0] <= address < symbols[i][0] + max(symbols[i][1], 1):
-        return symbols[i][2], address - symbols[i][0]
-    raise UserError(f"0x{address:x}: no data symbol there in {path}", "the kernel can only read globals by symbol name")
 
 
 # -- BTF --------------------------------------------------------------------------------------

@@ -8,11 +8,15 @@ the person editing knows what to give again.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.events import DynamicEvent, kind_of
-from kprobe_tui.probes.compile import ElfSymbols
+from kprobe_tui.probes.symbols import ElfSymbols
+
+if TYPE_CHECKING:
+    from kprobe_tui.probes.form import BuilderKind
 
 EDITABLE_KINDS = "prf"  # what the builder makes: kprobes, uprobes, fprobes (and their return forms)
 
@@ -23,7 +27,7 @@ class EditTarget:
 
     function: str
     binary: str | None
-    kind: str  # a builder kind: entry, return, offset, fprobe, fprobe_exit
+    kind: BuilderKind
     number: str
     args: str
     lost: tuple[str, ...]
@@ -43,7 +47,7 @@ def edit_target(event: DynamicEvent, top_filter: str = "") -> EditTarget:
     if event.prefix == "f":
         function = place.removesuffix("%return")
         return EditTarget(function, None, "fprobe_exit" if place.endswith("%return") else "fprobe", "", args, tuple(lost))
-    kind = "return" if event.prefix == "r" else "entry"
+    kind: BuilderKind = "return" if event.prefix == "r" else "entry"
     if event.is_uprobe:
         binary, _, offset_text = place.rpartition(":")
         try:
@@ -51,10 +55,11 @@ def edit_target(event: DynamicEvent, top_filter: str = "") -> EditTarget:
         except ValueError:
             raise UserError(f"{event.full_name}: cannot read its place {place!r}", "build it again from the function list") from None
         symbols = ElfSymbols(binary)
-        function, into = next(((sym.name, offset - sym.file_offset) for same in symbols.functions.values() for sym in same
-                               if sym.file_offset <= offset < sym.file_offset + max(sym.size, 1)), (None, 0))
-        if function is None:
+        found = next(((sym.name, offset - sym.file_offset) for same in symbols.functions.values() for sym in same
+                      if sym.file_offset <= offset < sym.file_offset + max(sym.size, 1)), None)
+        if found is None:
             raise UserError(f"0x{offset:x} is in no function of {binary}", "build a new probe from the function list")
+        function, into = found
     else:
         binary = None
         function, _, into_text = place.partition("+")

@@ -15,6 +15,7 @@ import pwd
 import re
 import shlex
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import lifetime
@@ -26,7 +27,9 @@ from kprobe_tui.probes.render import admin_handoff, command_rows
 from kprobe_tui.probes.spec import CompiledProbe, ProbeSpec, check_text, parse_spec
 from kprobe_tui.stream import filterexpr
 
-KINDS = {  # kind -> (label, what the number box takes, or None)
+# The builder's kinds: the probe kinds, with an fprobe's exit spelled as a kind of its own.
+BuilderKind = Literal["entry", "return", "line", "offset", "fprobe", "fprobe_exit"]
+KINDS: dict[BuilderKind, tuple[str, str | None]] = {  # kind -> (label, what the number box takes, or None)
     "entry": ("entry", None),
     "return": ("return", None),
     "line": ("line", "line, from the function's first"),
@@ -43,7 +46,7 @@ class BuildRequest:
 
     function: str
     binary: str | None
-    kind: str
+    kind: BuilderKind
     number: str = ""
     args: str = ""
     filter: str = ""
@@ -112,11 +115,12 @@ class Preview:
 
     def lines(self) -> list[tuple[str, str]]:
         """(label, text) rows: per probe the tracefs write, its filter, perf and bpftrace; then notes."""
+        rows: list[tuple[str, str]] = []
         if self.error is not None:
-            rows = [("error", self.error.message)]
+            rows.append(("error", self.error.message))
             rows += [("at", self.mark.text)] if self.mark is not None else []
             return rows + ([("hint", self.error.hint)] if self.error.hint else [])
-        rows: list[tuple[str, str]] = []
+        assert self.spec is not None  # a preview without an error has its spec
         for probe in self.probes:
             rows += command_rows(self.spec, probe, self.tracefs_root)
             rows += [("note", note) for note in probe.notes]
@@ -185,7 +189,9 @@ def error_mark(exc: UserError, request: BuildRequest) -> Mark | None:
 
 
 def _word_mark(box: str, text: str, position: int) -> Mark:
-    end = re.match(r"\S*", text[position:]).end() + position
+    word = re.match(r"\S*", text[position:])
+    assert word is not None  # \S* matches everywhere, if only the empty string
+    end = word.end() + position
     shown = f"{box}: {text} "  # a trailing cell to mark when the error is at the very end
     return Mark(shown, len(box) + 2 + position, len(box) + 2 + max(end, position + 1))
 

@@ -43,7 +43,9 @@ class GuardAdvice:
 
 
 def on_output_path(function: str | None) -> bool:
-    return bool(function) and any(fnmatch.fnmatchcase(function, pattern) for pattern in OUTPUT_PATH)
+    if not function:
+        return False
+    return any(fnmatch.fnmatchcase(function, pattern) for pattern in OUTPUT_PATH)
 
 
 def ssh_session_pids(pid: int | None = None) -> list[int]:

@@ -16,9 +16,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from kprobe_tui.debuginfo.dwarfinfo import attr, int_attr, name_of, ref, uleb128
+from kprobe_tui.debuginfo.dwarfinfo import attr, int_attr, name_of, ref
+from kprobe_tui.debuginfo.leb128 import uleb128
 from kprobe_tui.errors import UserError
-from kprobe_tui.probes.spec import Access
+from kprobe_tui.probes.spec import AccessStep
 
 # DWARF register numbers on x86_64 (System V psABI, figure 3.36).
 DWARF_REGISTERS = ("ax", "dx", "cx", "bx", "si", "di", "bp", "sp", *(f"r{n}" for n in range(8, 16)), "ip")
@@ -244,13 +245,18 @@ def fetch_type(type_die, what: str) -> str:
 
 
 @dataclass(frozen=True)
-class Member:
+class LocatedMember:
     """A member found by name, with its offset from the start of the outer struct."""
 
     die: Any
     byte_offset: int
     bit_offset: int | None = None  # bitfields: LSB-first bit position from the outer struct start
     bit_size: int | None = None
+
+    @property
+    def bits(self) -> tuple[int, int] | None:
+        """(bit offset, bit size) of a bitfield; None for a member of whole bytes."""
+        return None if self.bit_offset is None or self.bit_size is None else (self.bit_offset, self.bit_size)
 
 
 def _member_location(die) -> int:
@@ -277,7 +283,7 @@ def _bitfield(die, base: int) -> tuple[int, int] | None:
     return (base + _member_location(die)) * 8 + unit_bytes * 8 - msb_offset - width, width
 
 
-def find_member(struct_die, name: str, what: str, base: int = 0) -> Member:
+def find_member(struct_die, name: str, what: str, base: int = 0) -> LocatedMember:
     """A member by name, also inside anonymous structs and unions."""
     real = strip(struct_die)
     if real is None or real.tag not in ("DW_TAG_structure_type", "DW_TAG_union_type", "DW_TAG_class_type"):
@@ -290,7 +296,7 @@ def find_member(struct_die, name: str, what: str, base: int = 0) -> Member:
     return found
 
 
-def _search_member(real, name: str, base: int) -> Member | None:
+def _search_member(real, name: str, base: int) -> LocatedMember | None:
     for child in real.iter_children():
         if child.tag != "DW_TAG_member":
             continue
@@ -305,8 +311,8 @@ def _search_member(real, name: str, base: int) -> Member | None:
         if child_name == name:
             bits = _bitfield(child, base)
             if bits:
-                return Member(child, base, bits[0], bits[1])
-            return Member(child, base + _member_location(child))
+                return LocatedMember(child, base, bits[0], bits[1])
+            return LocatedMember(child, base + _member_location(child))
     return None
 
 
@@ -350,7 +356,7 @@ class Object:
     bits: tuple[int, int] | None = None  # (bit position from located.address, width) for bitfields
 
 
-def walk(obj: Object, path: tuple[Access, ...], what: str, absolute) -> Object:
+def walk(obj: Object, path: tuple[AccessStep, ...], what: str, absolute) -> Object:
     """Follow ``->m``, ``.m`` and ``[n]`` from a variable to the object they name."""
     done = what
     for step in path:
@@ -389,15 +395,16 @@ def walk(obj: Object, path: tuple[Access, ...], what: str, absolute) -> Object:
     return obj
 
 
-def _member_object(member: Member, base: Value) -> Object:
-    if member.bit_offset is not None:
-        return Object(type_of(member.die), Located(address=base), (member.bit_offset, member.bit_size))
+def _member_object(member: LocatedMember, base: Value) -> Object:
+    if member.bits is not None:
+        return Object(type_of(member.die), Located(address=base), member.bits)
     return Object(type_of(member.die), Located(address=base.plus(member.byte_offset)))
 
 
 def _value_fetch(obj: Object, absolute) -> str:
     if obj.located.value is not None:
         return obj.located.value
+    assert obj.located.address is not None  # a place is a value or an address
     return deref_fetch(obj.located.address, absolute)
 
 
@@ -405,6 +412,7 @@ def object_fetch(obj: Object, what: str, wanted_type: str | None, absolute) -> t
     """(fetch, type, notes) for the final object of a path; ``wanted_type`` is the user's :TYPE."""
     notes: list[str] = []
     if obj.bits:
+        assert obj.located.address is not None  # a bitfield is a member: in memory
         fetch, bit_type = bitfield_fetch(obj.located.address, obj.bits[0], obj.bits[1], obj.type_die, absolute)
         real = strip(obj.type_die)
         if real is not None and int_attr(real, "DW_AT_encoding") in _SIGNED:
@@ -441,7 +449,7 @@ def _fde_table(path: str) -> list[tuple[int, int, Any]]:
     if not (elf.get_section_by_name(".eh_frame") or elf.get_section_by_name(".debug_frame")):
         return []
     if elf.header.e_type == "ET_REL":  # a module: its CFI holds addresses only once relocated, as its DWARF is
-        from kprobe_tui.debuginfo.dwarfinfo import open_dwarf
+        from kprobe_tui.debuginfo.dwarfopen import open_dwarf
 
         dwarf = open_dwarf(Path(path))[2]
     else:

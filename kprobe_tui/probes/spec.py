@@ -17,6 +17,7 @@ import os
 import re
 import shlex
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import lifetime
@@ -64,7 +65,7 @@ _REGISTER = re.compile(r"%[A-Za-z0-9_]+")
 
 
 @dataclass(frozen=True)
-class Access:
+class AccessStep:
     """One step of a C access path after the variable: ``->f`` (through a pointer), ``.f``, ``[n]``."""
 
     op: str  # "->", ".", "[]"
@@ -75,16 +76,23 @@ class Access:
         return f"[{self.index}]" if self.op == "[]" else f"{self.op}{self.member}"
 
 
+# What an argument is, so the compiler knows how to fetch it.
+ArgKind = Literal["var", "retval", "params", "vars", "reg", "symbol", "argN", "comm", "raw"]
+# Where a probe sits: a function's entry or return, a source line (also ;PTN), +OFF or 0xADDR, an fprobe.
+ProbeKind = Literal["entry", "return", "line", "offset", "fprobe"]
+_SPECIAL_ARGS: dict[str, ArgKind] = {"$retval": "retval", "$params": "params", "$vars": "vars", "$comm": "comm"}
+
+
 @dataclass(frozen=True)
 class ProbeArg:
     """One argument as written. ``kind`` tells the compiler what it is, ``text`` keeps the user's words."""
 
     text: str  # the expression as written, without NAME= and :TYPE
-    kind: str  # "var", "retval", "params", "vars", "reg", "symbol", "argN", "comm", "raw"
+    kind: ArgKind
     name: str | None = None  # the user's NAME=, validated
     type: str | None = None  # the user's :TYPE, validated
     var: str = ""  # for "var": the variable; for "reg"/"symbol": register/symbol name
-    path: tuple[Access, ...] = ()
+    path: tuple[AccessStep, ...] = ()
     index: int = 0  # for "argN"
 
     def __str__(self) -> str:
@@ -97,7 +105,7 @@ class ProbeArg:
 class ProbeSpec:
     """A probe request: where (kernel function or ``-x BINARY`` place), what to capture, names, filter."""
 
-    kind: str  # "entry", "return", "line" (also ;PTN), "offset" (+OFF or 0xADDR), "fprobe"
+    kind: ProbeKind
     function: str | None = None
     binary: str | None = None  # -x: a uprobe on this file; None: the kernel
     module: str | None = None  # -m: a kernel module (its name): the place is MODULE:func+off
@@ -253,8 +261,8 @@ def parse_arg(text: str) -> ProbeArg:
 
 
 def _classify(token: str, text: str) -> ProbeArg:
-    if text in ("$retval", "$params", "$vars", "$comm"):
-        return ProbeArg(text, text[1:])
+    if text in _SPECIAL_ARGS:
+        return ProbeArg(text, _SPECIAL_ARGS[text])
     if re.fullmatch(r"\$arg\d+", text, re.ASCII):
         index = int(text[4:])
         if not 1 <= index <= MAX_TRACE_ARGS:
@@ -281,9 +289,11 @@ def _classify(token: str, text: str) -> ProbeArg:
         return ProbeArg(text, "raw")  # a kernel fetch-arg written by hand, e.g. +8(%di)
     if not _C_PATH.fullmatch(text):
         raise _fail(token, "not a variable access", "write var, var->member, var.member or var[N]")
-    var = re.match(r"[^\W\d]\w*", text)[0]
+    leading = re.match(r"[^\W\d]\w*", text)
+    assert leading is not None  # _C_PATH matched: the text starts with an identifier
+    var = leading[0]
     path = tuple(
-        Access("->", m[1]) if m[1] else Access(".", m[2]) if m[2] else Access("[]", index=int(m[3]))
+        AccessStep("->", m[1]) if m[1] else AccessStep(".", m[2]) if m[2] else AccessStep("[]", index=int(m[3]))
         for m in _C_STEP.finditer(text[len(var) :])
     )
     return ProbeArg(text, "var", var=var, path=path)
@@ -403,7 +413,7 @@ def _parse_place(head: str, binary: str | None, fprobe: bool) -> ProbeSpec:
         if binary or line is not None or offset or lazy:
             raise _fail(head, "fprobes attach to kernel function entry or exit only", "drop --fprobe, or probe FUNC / FUNC%return")
         return ProbeSpec("fprobe", function=func, fprobe_return=ret)
-    kind = "return" if ret else "line" if line is not None or lazy else "offset" if offset else "entry"
+    kind: ProbeKind = "return" if ret else "line" if line is not None or lazy else "offset" if offset else "entry"
     return ProbeSpec(kind, function=func, binary=binary, source=src, line=line, offset=offset, lazy=lazy)
 
 
@@ -432,6 +442,7 @@ class CompiledProbe:
     function: str | None = None  # the function symbol the place is in
     function_offset: int = 0  # bytes from that symbol (bpftrace and perf name places this way)
     notes: tuple[str, ...] = ()  # what a learner should know: prologue skipped, inlined copy, ...
+    maxactive: int | None = None  # a kretprobe: how many calls may be inside the function at once
 
     @property
     def control_file(self) -> str:
@@ -449,7 +460,8 @@ class CompiledProbe:
     def definition(self) -> str:
         """The line written to tracefs (kprobetrace.rst / uprobetracer.rst / fprobetrace.rst)."""
         place = self.place + ("%return" if self.spec.kind == "fprobe" and self.spec.is_return else "")
-        words = [f"{self.prefix}:{self.group}/{self.event}", place, *(a.render() for a in self.args)]
+        active = self.maxactive if self.prefix == "r" and self.maxactive and not self.spec.is_uprobe else ""
+        words = [f"{self.prefix}{active}:{self.group}/{self.event}", place, *(a.render() for a in self.args)]
         return " ".join(words)
 
     def check(self) -> CompiledProbe:

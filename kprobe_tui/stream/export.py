@@ -5,8 +5,8 @@ from __future__ import annotations
 import csv
 import errno
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.stream.parser import FAULT, Event

@@ -179,6 +179,7 @@ class LineParser:
         fields, frames = self._pending, self._frames
         self._pending = self._frames = None
         self.counts.events += 1
+        assert fields is not None  # a pending event is what is being finished
         return tuple.__new__(Event, fields + (tuple(frames) if frames is not None else None,))
 
     def _other(self, line: str, out: list[Event]) -> None:

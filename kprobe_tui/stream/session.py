@@ -7,8 +7,8 @@ the kernel is removed by ``stop()``, or by ``lifetime.undo`` when the run ends a
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import lifetime
@@ -119,12 +119,16 @@ class TailSession:
         node = filterexpr.parse(text)
         by_name = {event: (group, event) for group, event in self.targets}
         fields: dict[str, dict[str, str] | None] = {}
+        layouts: dict[str, dict[str, tuple[int, bool]]] = {}
         for group, event in self.targets:
             try:
-                fields[event] = filterexpr.field_kinds(self.instance.event_format(group, event))
+                format_text = self.instance.event_format(group, event)
             except UserError:
                 fields[event] = None
-        pushed = filterexpr.push_down(node, fields)
+                continue
+            fields[event] = filterexpr.field_kinds(format_text)
+            layouts[event] = filterexpr.field_layout(format_text)
+        pushed = filterexpr.push_down(node, fields, layouts)
         plan = FilterPlan(text)
         for event, reason in pushed.view_only.items():
             self._clear_kernel_filter(*by_name[event])

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import gc
 import threading
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import cast
 
 from kprobe_tui.stream.parser import Event
 
@@ -102,7 +103,7 @@ class EventStore:
             if predicate is None:
                 self._matches = []
                 return
-            ring, capacity = self._ring, self.capacity
+            ring, capacity = cast("list[Event]", self._ring), self.capacity  # slots oldest..total are filled
             self._matches = [seq for seq in range(self.oldest, self.total) if predicate(ring[seq % capacity])]
 
     def view_len(self) -> int:
@@ -126,4 +127,5 @@ class EventStore:
         """Rows ``start..stop`` of the view (what a table shows on screen)."""
         with self.lock:
             stop = min(stop, self.view_len())
-            return [self._ring[self.view_seq(row) % self.capacity] for row in range(max(0, start), stop)]
+            ring = cast("list[Event]", self._ring)  # the rows of the view are filled slots
+            return [ring[self.view_seq(row) % self.capacity] for row in range(max(0, start), stop)]

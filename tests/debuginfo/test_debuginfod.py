@@ -29,7 +29,7 @@ from kprobe_tui.debuginfo import debuginfod, locate
 from kprobe_tui.debuginfo.debuginfod import Cancel, Cancelled, Client, Settings, source_names
 from kprobe_tui.debuginfo.describe import format_points
 from kprobe_tui.debuginfo.lines import LineSpec, find_line_range, render
-from kprobe_tui.debuginfo.scope import ProbeSpec, open_debuginfo
+from kprobe_tui.debuginfo.scope import PointSpec, open_debuginfo
 from kprobe_tui.errors import UserError
 
 pytestmark = pytest.mark.skipif(DEBUGINFOD is None, reason="debuginfod is not installed (apt-get install debuginfod)")
@@ -117,7 +117,7 @@ def our_lines(binary, spec: str, **options) -> tuple[str, str | None]:
 
 def our_vars(binary, spec: str) -> str:
     info = open_debuginfo(binary=str(binary))
-    parsed = ProbeSpec.parse(spec)
+    parsed = PointSpec.parse(spec)
     return format_points(parsed, info.probe_points(parsed), verbose=False)
 
 

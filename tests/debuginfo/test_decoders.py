@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from elftools.dwarf.abbrevtable import AbbrevTable
 
-from kprobe_tui.debuginfo import dwarfinfo as dw
+from kprobe_tui.debuginfo.lineprogram import decode_line_rows
 from kprobe_tui.debuginfo import locate
 from kprobe_tui.debuginfo.scope import open_debuginfo
 
@@ -38,7 +38,7 @@ def test_line_rows_equal_pyelftools(programs):
             ]
             # pyelftools clears is_stmt on end_sequence rows; elfutils (and we) keep the state's value
             ours = [(r.address, r.file, r.line, r.is_stmt and not r.end_sequence, r.end_sequence)
-                    for r in dw.decode_line_rows(program, cu.header.address_size)]
+                    for r in decode_line_rows(program, cu.header.address_size)]
             assert ours == expected
             checked += 1
     assert checked >= 4

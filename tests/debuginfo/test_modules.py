@@ -19,7 +19,7 @@ from kprobe_tui.debuginfo import locate, modules
 from kprobe_tui.debuginfo.debuginfod import Client
 from kprobe_tui.debuginfo.describe import format_points
 from kprobe_tui.debuginfo.lines import LineSpec, find_line_range, render
-from kprobe_tui.debuginfo.scope import ProbeSpec, open_debuginfo
+from kprobe_tui.debuginfo.scope import PointSpec, open_debuginfo
 from kprobe_tui.errors import UserError
 from kprobe_tui.probes.compile import compile_spec
 from kprobe_tui.probes.render import perf_command
@@ -48,7 +48,7 @@ def our_lines(info, spec: str) -> str:
 
 
 def our_vars(info, spec: str) -> str:
-    parsed = ProbeSpec.parse(spec)
+    parsed = PointSpec.parse(spec)
     return format_points(parsed, info.probe_points(parsed), verbose=False)
 
 

@@ -9,7 +9,7 @@ from debuginfo_helpers import C_DIR, FUNCTIONS, LINE_SPECS, VAR_SPECS, VARIANTS,
 
 from kprobe_tui.debuginfo.describe import format_points
 from kprobe_tui.debuginfo.lines import LineSpec, find_line_range, render
-from kprobe_tui.debuginfo.scope import ProbeSpec, open_debuginfo
+from kprobe_tui.debuginfo.scope import PointSpec, open_debuginfo
 from kprobe_tui.errors import UserError
 
 pytestmark = pytest.mark.perf
@@ -23,7 +23,7 @@ def our_lines(binary, spec: str) -> str:
 
 def our_vars(binary, spec: str, externs: bool = False) -> str:
     info = open_debuginfo(binary=str(binary))
-    parsed = ProbeSpec.parse(spec)
+    parsed = PointSpec.parse(spec)
     return format_points(parsed, info.probe_points(parsed, externs=externs), verbose=False)
 
 

@@ -9,7 +9,7 @@ from debuginfo_helpers import perf_probe
 
 from kprobe_tui.debuginfo.describe import format_points
 from kprobe_tui.debuginfo.lines import LineSpec, find_line_range, render
-from kprobe_tui.debuginfo.scope import ProbeSpec, open_debuginfo
+from kprobe_tui.debuginfo.scope import PointSpec, open_debuginfo
 
 LIBPYTHON = Path("/root/.pyenv/versions/3.11.7/lib/libpython3.11.so.1.0")
 LIBPYTHON_FUNCTIONS = [
@@ -21,7 +21,7 @@ KERNEL_FUNCTIONS = ["tcp_recvmsg", "do_sys_openat2", "vfs_read"]
 
 
 def vars_text(info, spec: str) -> str:
-    parsed = ProbeSpec.parse(spec)
+    parsed = PointSpec.parse(spec)
     return format_points(parsed, info.probe_points(parsed), verbose=False)
 
 
@@ -73,7 +73,7 @@ def test_kernel_line_points_ranges_and_externs_equal_perf(perf, kernel_debug):
         assert expected.returncode == 0, (spec, expected.stderr)
         assert vars_text(info, spec) == expected.stdout, spec
     expected = perf_probe("-k", vmlinux, "-V", "vfs_read", "--externs")
-    parsed = ProbeSpec.parse("vfs_read")
+    parsed = PointSpec.parse("vfs_read")
     assert format_points(parsed, info.probe_points(parsed, externs=True), verbose=False) == expected.stdout
     expected = perf_probe("-k", vmlinux, "-s", source, "-L", "tcp_recvmsg:3-12")
     text, _ = render(info, find_line_range(info, LineSpec.parse("tcp_recvmsg:3-12")))

@@ -16,7 +16,7 @@ from separate_builds import Builds
 from kprobe_tui.debuginfo import locate
 from kprobe_tui.debuginfo.describe import format_points
 from kprobe_tui.debuginfo.lines import LineSpec, find_line_range, render
-from kprobe_tui.debuginfo.scope import ProbeSpec, open_debuginfo
+from kprobe_tui.debuginfo.scope import PointSpec, open_debuginfo
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.events import Events
@@ -43,7 +43,7 @@ def our_lines(binary, spec: str) -> str:
 
 def our_vars(binary, spec: str) -> str:
     info = open_debuginfo(binary=str(binary))
-    parsed = ProbeSpec.parse(spec)
+    parsed = PointSpec.parse(spec)
     return format_points(parsed, info.probe_points(parsed), verbose=False)
 
 

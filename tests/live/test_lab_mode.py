@@ -23,7 +23,7 @@ from kprobe_tui.kernel import access
 from kprobe_tui.kernel.sources import KernelSources, locate
 from kprobe_tui.kernel.tracefs import Tracefs
 from kprobe_tui.probes.binary import BinaryCatalog
-from kprobe_tui.probes.compile import ElfSymbols
+from kprobe_tui.probes.symbols import ElfSymbols
 
 pytestmark = pytest.mark.live
 

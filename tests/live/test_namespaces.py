@@ -20,7 +20,7 @@ import pytest
 from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.events import OTHER_RUN, STALE, Events
 from kprobe_tui.kernel.tracefs import Tracefs
-from kprobe_tui.probes.compile import ElfSymbols
+from kprobe_tui.probes.symbols import ElfSymbols
 
 from test_uprobes import build, top  # noqa: F401  (top is a fixture)
 

@@ -16,13 +16,13 @@ import pytest
 from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.events import Events
 from kprobe_tui.kernel.tracefs import Tracefs
-from kprobe_tui.probes.compile import ElfSymbols
+from kprobe_tui.probes.symbols import ElfSymbols
 from kprobe_tui.stream.session import TailSession
 
 pytestmark = pytest.mark.live
 
 SOURCE = Path(__file__).parent / "c" / "tail_values.c"
-GROUP = "kptailtest"
+GROUP = f"kptailtest_{os.getpid()}"  # one per test run: two runs at once (CI and a developer) keep apart
 PROBE = "n=%di:s64 s=+0(%si):string arr=+0(%dx):s32[4]"
 
 
@@ -39,7 +39,7 @@ def kernel_state(root: Path) -> tuple[list[str], list[str], list[str]]:
 
 @pytest.fixture
 def probed(tracefs_root, tmp_path):
-    """The compiled program with ``kptailtest/hit`` on hit(); removed afterwards, kernel as before."""
+    """The compiled program with ``GROUP/hit`` on hit(); removed afterwards, kernel as before."""
     before = kernel_state(tracefs_root)
     binary = tmp_path / "tail_values"
     subprocess.run(["gcc", "-O1", "-o", str(binary), str(SOURCE)], check=True)
@@ -66,7 +66,7 @@ def expected(binary: Path, calls: int) -> list[dict]:
 
 
 def start_tail(tracefs_root: Path, *args: str) -> subprocess.Popen:
-    """``kprobe-tui tail`` in a child; returns once its instance records ``kptailtest/hit``."""
+    """``kprobe-tui tail`` in a child; returns once its instance records ``GROUP/hit``."""
     child = subprocess.Popen([sys.executable, "-m", "kprobe_tui", "tail", f"{GROUP}/hit", *args],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     TAIL_PIDS.append(child.pid)

@@ -21,11 +21,12 @@ from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.events import Events
 from kprobe_tui.kernel.tracefs import KernelRefused, Tracefs
-from kprobe_tui.probes.compile import ElfSymbols, compile_spec
+from kprobe_tui.probes.compile import compile_spec
 from kprobe_tui.probes.form import BuildRequest, build_preview
 from kprobe_tui.probes.pipeline import ProbeTarget
 from kprobe_tui.probes.render import admin_handoff
 from kprobe_tui.probes.spec import parse_spec
+from kprobe_tui.probes.symbols import ElfSymbols
 from tests.unit.test_admin_handoff import run_as_admin
 from tests.unit.test_untrusted_input import spiced
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kprobe_tui.kernel.tracefs import Tracefs
-from kprobe_tui.probes.compile import ElfSymbols
+from kprobe_tui.probes.symbols import ElfSymbols
 from kprobe_tui.textsafe import printable
 from tests.live.hostile import ESCAPES, FORBIDDEN, MARKUP, RENAMED, SAID, build_hostile
 

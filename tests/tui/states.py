@@ -31,7 +31,7 @@ from kprobe_tui.kernel.snapshot import open_snapshot
 from kprobe_tui.kernel.sources import locate
 from kprobe_tui.kernel.tracefs import Tracefs
 from kprobe_tui.probes.binary import BinaryCatalog
-from kprobe_tui.probes.compile import ElfSymbols
+from kprobe_tui.probes.symbols import ElfSymbols
 from kprobe_tui.stream.parser import LineParser
 from kprobe_tui.tui.app import KprobeTui
 from kprobe_tui.tui.screens.events import EventsScreen
@@ -297,6 +297,45 @@ async def to_probes(pilot: Pilot) -> None:
     await settled(pilot)
 
 
+def _replayed_stats(kind: str):
+    """A statistics view on a fixed sample, as the Debian 6.1 guest answered (README's Answers): the
+    kernel engine's reason is the one ``choose`` gives a kernel that offers everything."""
+    from kprobe_tui.aggregate.offer import KernelOffer, choose
+    from kprobe_tui.aggregate.result import Bucket, Entry, Result, Stats
+    from kprobe_tui.aggregate.run import Sample
+    from kprobe_tui.tui.screens.stats import StatsRequest, StatsScreen
+
+    offer = KernelOffer(True, True, True, True, True)
+    rates = [float(120 + 90 * ((i * 7) % 11) + (400 if i % 17 == 0 else 0)) for i in range(120)]
+    if kind == "latency":
+        request = StatsRequest(("vfs_read",), function="vfs_read", key=None, value="latency")
+        counts = [(8, 16, 3), (16, 32, 166), (32, 64, 29), (64, 128, 25), (128, 256, 22), (256, 512, 24),
+                  (512, 1024, 8), (1024, 2048, 2), (2048, 4096, 3)]
+        result = Result("latency", "kernel", 0.0, 30.0, (), "usecs", (), Stats(282, 35485, 14, 2789),
+                        tuple(Bucket(*bucket) for bucket in counts), unit="us")
+    else:
+        request = StatsRequest(("vfs_read",), key="comm")
+        keyed = [("dd", 165), ("grep", 48), ("ls", 45), ("cat", 21), ("systemd-journal", 12), ("sshd", 9),
+                 ("sh", 3), ("cron", 2), ("bash", 2), ("agetty", 1)] + [(f"kworker/{i}:1", 1) for i in range(40)]
+        result = Result("count", "kernel", 0.0, 30.0, ("comm",), None,
+                        tuple(Entry((comm,), Stats(count)) for comm, count in keyed),
+                        Stats(sum(count for _, count in keyed)), None)
+    choice = choose("auto", request.aggregation(), offer, profile_only=False, uprobes=False, filter_refusal=None)
+    return StatsScreen.replay(request, Sample(result, result), rates, choice)
+
+
+async def to_stats(pilot: Pilot) -> None:
+    """The statistics view of vfs_read's latency (replayed: the guest's answer, no kernel)."""
+    await pilot.app.push_screen(_replayed_stats("latency"))
+    await settled(pilot)
+
+
+async def to_stats_count(pilot: Pilot) -> None:
+    """The statistics view counting vfs_read's calls per comm, most first, as many as fit."""
+    await pilot.app.push_screen(_replayed_stats("count"))
+    await settled(pilot)
+
+
 async def to_help(pilot: Pilot) -> None:
     """``?`` on the function browser."""
     await catalog_loaded(pilot)
@@ -314,6 +353,8 @@ STATES = [
     State("events", kernel_app, to_events),
     State("probes", lambda: program_app(basic_program()), to_probes, kernel=admin_and_our_probes),
     State("help", kernel_app, to_help),
+    State("stats", kernel_app, to_stats),
+    State("stats-count", kernel_app, to_stats_count),
     *(State(f"theme-{theme}", lambda theme=theme: kernel_app(theme), to_functions, sizes=((80, 24),))
       for theme in ("light", "high-contrast", "monochrome")),
 ]

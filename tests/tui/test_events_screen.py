@@ -70,7 +70,7 @@ async def test_follow_filter_detail_and_pause(probed, tracefs_root, tmp_path):  
         await pilot.press("slash", *"n >= 104 && s ~ \"*a*\"", "enter")
         await wait_for(pilot, lambda: "kernel:" in str(screen.query_one("#filter-side").render()))
         assert [ev.args["n"] for ev in store.view_rows(0, 99)] == [104, 105, 106, 104, 105, 106]
-        assert "kernel: kptailtest/hit" in str(screen.query_one("#filter-side").render())
+        assert f"kernel: {GROUP}/hit" in str(screen.query_one("#filter-side").render())
         instance = tracefs_root / f"instances/{screen.session.instance.name}"
         excluded = screen.session.instance.excluded_threads
         assert screen.session.reader.native_id in excluded  # the reader never records itself

@@ -15,7 +15,7 @@ from textual.widgets import Static
 from kprobe_tui.debuginfo.describe import format_points
 from kprobe_tui.debuginfo.lines import LineSpec, find_line_range
 from kprobe_tui.debuginfo.locate import find_vmlinux
-from kprobe_tui.debuginfo.scope import ProbeSpec, open_debuginfo
+from kprobe_tui.debuginfo.scope import PointSpec, open_debuginfo
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.catalog import Catalog
 from kprobe_tui.kernel.sources import locate
@@ -71,7 +71,7 @@ async def test_probeable_lines_and_variables_of_the_cursor_line(program):
         assert row.startswith(f"{first - expected.offset:7d}  ")  # perf -L's numbering
 
         def vars_for(line: int) -> str:
-            spec = ProbeSpec("count_ready", line=line - expected.offset)
+            spec = PointSpec("count_ready", line=line - expected.offset)
             info = open_debuginfo(binary=str(program))
             try:
                 return format_points(spec, info.probe_points(spec), verbose=False).expandtabs(4)

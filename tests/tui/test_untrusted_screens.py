@@ -21,7 +21,7 @@ from kprobe_tui.kernel.snapshot import open_snapshot
 from kprobe_tui.kernel.sources import locate
 from kprobe_tui.kernel.tracefs import Tracefs
 from kprobe_tui.probes.binary import BinaryCatalog
-from kprobe_tui.probes.compile import ElfSymbols
+from kprobe_tui.probes.symbols import ElfSymbols
 from kprobe_tui.tui.app import KprobeTui
 from kprobe_tui.tui.navigation import ShowEvents
 from kprobe_tui.tui.screens.builder import ProbeBuilderScreen

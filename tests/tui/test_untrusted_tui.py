@@ -12,7 +12,7 @@ import pytest
 
 from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.tracefs import Tracefs
-from kprobe_tui.probes.compile import ElfSymbols
+from kprobe_tui.probes.symbols import ElfSymbols
 from tests.tui.test_builder import app_for, open_builder, settled
 
 pytestmark = pytest.mark.live

@@ -128,3 +128,18 @@ def test_libpython_matches_readelf_and_has_dwarf_prototypes():
     assert catalog.function("_PyEval_EvalFrameDefault").prototype == (
         "PyObject* _PyEval_EvalFrameDefault(PyThreadState* tstate, _PyInterpreterFrame* frame, int throwflag)")
     assert catalog.status("malloc") is NOT_PROBEABLE  # imported from libc
+
+
+def test_both_catalogs_answer_what_the_browser_asks(program):
+    """The browser asks the kernel's and a binary's catalog the same things (``FunctionCatalog``), with
+    no probing for what one of them has: each says its statuses, a missing prototype and where in its words."""
+    from kprobe_tui.kernel.catalog import Catalog, FunctionCatalog
+    from kprobe_tui.kernel.snapshot import open_snapshot
+
+    kernel = Catalog(open_snapshot(Path(__file__).parents[1] / "fixtures" / "snapshots" / "debian-6.12.tar.gz"))
+    binary = BinaryCatalog(program)
+    assert isinstance(kernel, FunctionCatalog) and isinstance(binary, FunctionCatalog)
+    vfs_read, main = kernel.function("vfs_read"), binary.function("main")
+    assert (kernel.where(vfs_read), binary.where(main)) == ("core kernel", program.name)
+    assert kernel.labels[Status.FTRACE] == "ftrace" and binary.labels[WITH_DEBUG_INFO] == "debug info"
+    assert "BTF" in kernel.missing_prototype and "DWARF" in binary.missing_prototype

@@ -10,8 +10,8 @@ import pytest
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.events import kind_of, parse_definition
-from kprobe_tui.probes.compile import ElfSymbols
 from kprobe_tui.probes.edit import edit_target
+from kprobe_tui.probes.symbols import ElfSymbols
 
 C_PROGRAM = Path(__file__).parents[1] / "live" / "c" / "basic.c"
 

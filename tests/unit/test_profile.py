@@ -20,7 +20,7 @@ from kprobe_tui.kernel.profile import (
     read_hits,
 )
 from kprobe_tui.kernel.tracefs import Tracefs
-from kprobe_tui.probes.compile import ElfSymbols
+from kprobe_tui.probes.symbols import ElfSymbols
 
 C_PROGRAM = Path(__file__).parents[1] / "live" / "c" / "basic.c"
 GROUPS = ("kptuiprof_a", "kptuiprof_b")

@@ -5,16 +5,16 @@ from __future__ import annotations
 import pytest
 
 from kprobe_tui.errors import UserError
-from kprobe_tui.probes.spec import Access, check_type, parse_arg, parse_spec
+from kprobe_tui.probes.spec import AccessStep, check_type, parse_arg, parse_spec
 
 
 def test_full_perf_syntax_with_group_event_and_member_paths():
     spec = parse_spec("net:rx=tcp_recvmsg sk->__sk_common.skc_state len:u32 first=buf[2]")
     assert (spec.kind, spec.function, spec.group, spec.event) == ("entry", "tcp_recvmsg", "net", "rx")
     state, length, first = spec.args
-    assert state.var == "sk" and state.path == (Access("->", "__sk_common"), Access(".", "skc_state"))
+    assert state.var == "sk" and state.path == (AccessStep("->", "__sk_common"), AccessStep(".", "skc_state"))
     assert (length.var, length.type) == ("len", "u32")
-    assert (first.name, first.var, first.path) == ("first", "buf", (Access("[]", index=2),))
+    assert (first.name, first.var, first.path) == ("first", "buf", (AccessStep("[]", index=2),))
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ import shlex
 import time
 from collections import deque
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textual import on
 from textual.app import ComposeResult
@@ -25,7 +26,7 @@ from textual.widgets import Footer, Input, Sparkline, Static
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.access import tail_denied
-from kprobe_tui.kernel.tracefs import Tracefs
+from kprobe_tui.kernel.events import Events
 from kprobe_tui.stream.export import export
 from kprobe_tui.stream.filterexpr import FilterError, compile_filter, parse
 from kprobe_tui.stream.parser import Event
@@ -40,6 +41,9 @@ from kprobe_tui.tui.tracing import RunTracing
 from kprobe_tui.tui.widgets.event_table import EventTable, show_value
 from kprobe_tui.tui.widgets.filter_bar import FilterBar
 from kprobe_tui.tui.work import Background
+
+if TYPE_CHECKING:
+    from kprobe_tui.kernel.tracefs import Tracefs
 
 RATE_SECONDS = 60  # sparkline history
 MAX_RATE_ROWS = 3  # at 80x24 the table keeps the room
@@ -62,6 +66,7 @@ class EventsScreen(Screen):
         Binding("p", "pause", "Pause"),
         Binding("enter,d", "toggle_detail", "Detail"),
         Binding("s", "toggle_stack", "Stacks"),
+        Binding("a", "stats", "Stats", show=False),  # listed by help and the palette; the footer is full
         Binding("x", "export('jsonl')", "Export"),
         Binding("X", "export('csv')", "CSV", show=False),
     ]
@@ -321,3 +326,24 @@ class EventsScreen(Screen):
         self.work.run("export", export, store.view_rows(0, store.view_len()), path, fmt,
                       then=lambda count: self.notify(f"{count:,} events written to {path}", title="Exported"),
                       failed=lambda exc: self.notify(str(exc), title="Export failed", severity="error", timeout=15))
+
+    def action_stats(self) -> None:
+        """The statistics view of the probe being tailed: the highlighted event's, else the only one."""
+        from kprobe_tui.tui.screens.stats import open_stats, probe_request
+
+        targets = self.session.targets if self.session is not None else []
+        current = self.query_one(EventTable).current
+        chosen = next((target for target in targets if current is not None and target[1] == current.event), None)
+        if chosen is None and len(targets) == 1:
+            chosen = targets[0]
+        if chosen is None:
+            self.notify("no probe to show: tail one probe, or highlight one of its events", severity="warning")
+            return
+        name = "/".join(chosen)
+        try:
+            event = next((e for e in Events(self.tracefs).list() if e.full_name == name), None)
+            if event is None:
+                raise UserError(f"{name} is gone")
+            open_stats(self.app, probe_request(event))
+        except UserError as exc:
+            self.notify(str(exc), title="Statistics", severity="error")

@@ -11,7 +11,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static
 
-from kprobe_tui.kernel.catalog import STATUS_HELP, Catalog, Function, Status
+from kprobe_tui.kernel.catalog import STATUS_HELP, Function, FunctionCatalog, Status
 from kprobe_tui.matching import MODES, IncrementalFilter, Matcher
 from kprobe_tui.textsafe import printable
 from kprobe_tui.tui.navigation import OpenBuilder, OpenSource
@@ -39,6 +39,8 @@ class FunctionsScreen(Screen):
         Binding("tab", "focus_next", "Next pane", show=False),
         Binding("n", "show_notes", "Notes", show=False),
         Binding("p", "build_probe", "Probe"),
+        Binding("c", "count_calls", "Count calls", show=False),  # in help and the palette; the footer is full
+        Binding("L", "latency", "Latency", show=False),
     ]
     # While typing in the filter, these move the list's highlight (the list, focused, has them as bindings;
     # here they are keys, not bindings, so help lists the list's own once).
@@ -48,7 +50,7 @@ class FunctionsScreen(Screen):
     def __init__(self, catalog_loader) -> None:
         super().__init__()
         self._load_catalog = catalog_loader
-        self.catalog: Catalog | None = None
+        self.catalog: FunctionCatalog | None = None
         self._filter: IncrementalFilter | None = None
         self.mode = "substring"
         self.shown = 0
@@ -68,7 +70,7 @@ class FunctionsScreen(Screen):
         self.query_one("#detail", Static).update("Reading /proc/kallsyms, the ftrace list and the blacklist…")
         self.work.run("catalog", self._load_catalog, then=self.show_catalog)
 
-    def show_catalog(self, catalog: Catalog) -> None:
+    def show_catalog(self, catalog: FunctionCatalog) -> None:
         self.catalog = catalog
         self._filter = IncrementalFilter(catalog.names)
         notes = self.query_one("#notes", Static)
@@ -117,6 +119,32 @@ class FunctionsScreen(Screen):
         name = self.query_one(FunctionList).current
         if name is not None:
             self.post_message(OpenBuilder(name))
+
+    def action_count_calls(self) -> None:
+        """The statistics view counting calls of every function the filter matches (a glob)."""
+        from kprobe_tui.tui.screens.stats import StatsRequest, open_stats
+
+        query = self.query_one("#filter", Input).value.strip()
+        if not query or self.mode == "fuzzy":
+            self.notify("count calls takes the filter as a glob: type one (tcp_*), in substring or glob mode",
+                        severity="warning")
+            return
+        pattern = query if self.mode == "glob" or any(c in query for c in "*?[") else f"*{query}*"
+        glob = any(c in pattern for c in "*?[")
+        open_stats(self.app, StatsRequest((pattern,), self._binary(), key="probe" if glob else None))
+
+    def action_latency(self) -> None:
+        """The statistics view of the highlighted function's latency, entry to return."""
+        from kprobe_tui.tui.screens.stats import StatsRequest, open_stats
+
+        name = self.query_one(FunctionList).current
+        if name is not None:
+            open_stats(self.app, StatsRequest((name,), self._binary(), function=name, key=None, value="latency"))
+
+    def _binary(self) -> str | None:
+        """The program browsed with -x (its functions get uprobes), None for the kernel."""
+        binary = getattr(self.app, "binary", None)
+        return str(binary.path) if binary is not None else None
 
     def action_focus_filter(self) -> None:
         self.query_one(FilterBar).focus_now()
@@ -170,14 +198,13 @@ class FunctionsScreen(Screen):
         status_style = functions.get_component_rich_style(f"function-list--{function.status.value}", partial=True)
         text = Text()
         text.append(printable(function.name), style="bold")
-        label = getattr(self.catalog, "labels", {}).get(function.status, function.status.value)
+        label = self.catalog.labels.get(function.status, function.status.value)
         text.append(f"  {STATUS_GLYPH[function.status]} {label}", style=status_style)
         text.append("\n")
-        missing = getattr(self.catalog, "missing_prototype", "(no prototype: not in BTF)")
+        missing = self.catalog.missing_prototype
         text.append(printable(function.prototype or missing), style="italic" if function.prototype else "dim")
         text.append("\n")
-        where = [self.catalog.where(function) if hasattr(self.catalog, "where")
-                 else f"module {function.module}" if function.module else "core kernel"]
+        where = [self.catalog.where(function)]
         if len(function.symbols) == 1 and function.symbols[0].address:
             where.append(f"address 0x{function.symbols[0].address:x}")
         if function.size:
@@ -190,9 +217,7 @@ class FunctionsScreen(Screen):
     def _render_legend(self) -> None:
         functions = self.query_one(FunctionList)
         legend = Text()
-        labels = getattr(self.catalog, "labels", None) or {status: status.value for status in (
-            Status.FTRACE, Status.BREAKPOINT, Status.PROBEABLE, Status.CLONE, Status.AMBIGUOUS, Status.BLACKLISTED, Status.HIDDEN)}
-        for status, label in labels.items():
+        for status, label in self.catalog.labels.items():
             style = functions.get_component_rich_style(f"function-list--{status.value}", partial=True)
             legend.append(f"{STATUS_GLYPH[status]} {label} ", style=style)
         legend_widget = self.query_one("#legend", Static)

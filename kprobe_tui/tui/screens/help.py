@@ -55,6 +55,15 @@ HELP: dict[str, tuple[str, str]] = {  # screen class -> (title, what it is for)
         ("Every dynamic event on the system, kprobe-tui's marked, with hit and miss counts updating live. "
          "Enable, disable, edit and delete ours; others' probes are read-only unless you insist."),
     ),
+    "StatsScreen": (
+        "Statistics",
+        ("Answers about many hits at once, as kprobe-tui count, hist and latency give them: hits per key "
+         "(most first), a captured value's histogram or a function's entry-to-return latency, with bars as "
+         "bpftrace draws them, refreshed every second. k chooses the key (none, comm, pid, a captured field), "
+         "v the value (count, a field, latency), b log2 or linear buckets, i the last second or everything "
+         "since the start. The line under the title says which engine runs and why: the kernel's hist "
+         "triggers where it has them, else events aggregated here. Its probes go when you leave."),
+    ),
 }
 
 GOLDEN_RULE = (

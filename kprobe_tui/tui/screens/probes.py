@@ -79,6 +79,7 @@ class ProbesScreen(Screen):
         Binding("slash", "focus_filter", "Filter"),
         Binding("space", "toggle", "On/off"),
         Binding("t", "tail", "Tail"),
+        Binding("a", "stats", "Stats", show=False),  # listed by help and the palette; the footer is full
         Binding("e", "events", "Events", show=False),
         Binding("b", "edit", "Edit"),
         Binding("d,delete", "delete", "Delete"),
@@ -337,3 +338,15 @@ class ProbesScreen(Screen):
     def _edit(self, event: DynamicEvent, target: EditTarget) -> None:
         if self._writable(event, "edit", "b", f"sudo kprobe-tui del {event.full_name}, then create it anew"):
             self.post_message(EditProbe(event, target))
+
+    def action_stats(self) -> None:
+        """The statistics view of the highlighted probe."""
+        from kprobe_tui.tui.screens.stats import open_stats, probe_request
+
+        event = self.current()
+        if event is None:
+            return
+        try:
+            open_stats(self.app, probe_request(event))
+        except UserError as exc:
+            self._say(str(exc), "error")

@@ -26,7 +26,7 @@ from textual.widgets import Button, Footer, Static
 from kprobe_tui.debuginfo.debuginfod import Cancel, Client, Progress
 from kprobe_tui.debuginfo.describe import format_points
 from kprobe_tui.debuginfo.lines import LineRange, LineSpec, SourceText, find_line_range, source_text
-from kprobe_tui.debuginfo.scope import DebugInfo, ProbeSpec, open_debuginfo
+from kprobe_tui.debuginfo.scope import DebugInfo, PointSpec, open_debuginfo
 from kprobe_tui.errors import UserError
 from kprobe_tui.textsafe import printable
 from kprobe_tui.tui.navigation import Back, OpenBuilder
@@ -229,7 +229,7 @@ class SourceScreen(Screen):
         self.work.run("vars", self._variables_at, line, self.verbose, then=self._show_variables)
 
     def _variables_at(self, line: int, verbose: bool) -> tuple[int, str, list[str]]:
-        spec = ProbeSpec(self.function, line=line - self.decl_line)
+        spec = PointSpec(self.function, line=line - self.decl_line)
         try:
             points = self.info.probe_points(spec)
         except UserError as error:

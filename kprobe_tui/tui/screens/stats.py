@@ -1,0 +1,433 @@
+"""The statistics view: counts, a value's histogram or a function's latency, live, for one probe place.
+
+A view of the aggregation pipeline the CLI runs (``aggregate.run.AggregationRun``): the same
+targets, the same engines, the same ``Result``. The run is started, sampled once a second and
+stopped off the UI thread (``StatsRunner``); samples come back with ``call_from_thread``. Whatever
+the view starts (probes, an instance, triggers, synthetic events) goes when it closes. Changing
+the key, the value or the buckets starts a new run (the kernel engine's triggers are made for one
+question); interval or cumulative is only a choice of what to show.
+"""
+
+from __future__ import annotations
+
+import queue
+import shlex
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import partial
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.widgets import Footer, Sparkline, Static
+
+from kprobe_tui.aggregate.model import Aggregation, Field, Linear, Log2
+from kprobe_tui.aggregate.offer import Choice
+from kprobe_tui.aggregate.result import Result
+from kprobe_tui.aggregate.run import AggregationRun, Sample
+from kprobe_tui.aggregate.targets import GLOB_CHARACTERS, TargetBuilder, Targets
+from kprobe_tui.aggregate.text import stats_line
+from kprobe_tui.errors import UserError
+from kprobe_tui.kernel import lifetime
+from kprobe_tui.kernel.events import DynamicEvent, Events
+from kprobe_tui.tui.plain import plain
+from kprobe_tui.tui.screens.probes import edit_target
+from kprobe_tui.tui.widgets.stats_table import StatsTable
+
+REFRESH_SECONDS = 1.0
+RATE_SECONDS = 60  # sparkline history, as the events screen keeps it
+LINEAR_BUCKETS = 10  # a linear scale derived from the values seen: about this many buckets
+
+
+@dataclass(frozen=True)
+class StatsRequest:
+    """The question: where (``spec``: perf-syntax words, as ``kprobe-tui probe`` takes them), and the
+    choices the view cycles through: key (None, comm, pid, probe, a field), value (count, a field,
+    latency) and, for a histogram, linear buckets (None: log2)."""
+
+    spec: tuple[str, ...]
+    binary: str | None = None
+    fields: tuple[str, ...] = ()  # what the probe captures: keys and values on offer
+    function: str | None = None  # latency is of a function, entry to return
+    key: str | None = "comm"
+    value: str = "count"
+    linear: Linear | None = None
+    engine: str = "auto"
+
+    @property
+    def glob(self) -> bool:
+        return any(c in self.spec[0] for c in GLOB_CHARACTERS)
+
+    @property
+    def kind(self) -> str:
+        return self.value if self.value in ("count", "latency") else "hist"
+
+    def keys_offered(self) -> list[str | None]:
+        if self.kind == "latency":
+            return [None, "comm", "pid"]
+        return [None, "comm", "pid", *(["probe"] if self.glob else []), *self.fields]
+
+    def values_offered(self) -> list[str]:
+        return ["count", *self.fields, *(["latency"] if self.function and not self.glob else [])]
+
+    def cycled(self, what: str) -> StatsRequest:
+        """The next key or value; a key the new value cannot have falls back to none."""
+        offered = self.keys_offered() if what == "key" else self.values_offered()
+        current = getattr(self, what)
+        following = offered[(offered.index(current) + 1) % len(offered)] if current in offered else offered[0]
+        changed = replace(self, **{what: following})
+        if what == "value":
+            changed = replace(changed, linear=None)
+            if changed.key not in changed.keys_offered():
+                changed = replace(changed, key=None)
+        return changed
+
+    def aggregation(self) -> Aggregation:
+        keys = (Field(self.key),) if self.key else ()
+        if self.kind == "hist":
+            return Aggregation("hist", keys, Field(self.value), self.linear or Log2())
+        return Aggregation(self.kind, keys)
+
+    def _split_value(self) -> tuple[list[str], str]:
+        """The spec without the word capturing the value, and that word (``len=%di:s64``, or ``len``)."""
+        words = list(self.spec)
+        for at, word in enumerate(words[1:], 1):
+            if word.split("=", 1)[0] == self.value:
+                return words[:at] + words[at + 1:], word
+        return words, self.value
+
+    def targets(self, builder: TargetBuilder) -> Targets:
+        aggregation = self.aggregation()
+        if self.kind == "latency":
+            return builder.latency(self.function, aggregation, "")
+        if self.kind == "hist":
+            words, value = self._split_value()
+            return builder.histogram(shlex.join(words), value, aggregation, "")
+        return builder.counting([shlex.join(self.spec)], aggregation, "")
+
+    def command(self) -> list[str]:
+        """The same question on the command line (what an administrator runs in lab mode)."""
+        where = ["-x", self.binary] if self.binary else []
+        by = ["--by", self.key] if self.key else []
+        if self.kind == "latency":
+            return ["kprobe-tui", "latency", *where, self.function, *by]
+        if self.kind == "hist":
+            words, value = self._split_value()
+            linear = ["--linear", f"{self.linear.low},{self.linear.high},{self.linear.step}"] if self.linear else []
+            return ["kprobe-tui", "hist", *where, " ".join(words), value, *by, *linear]
+        return ["kprobe-tui", "count", *where, " ".join(self.spec), *by]
+
+    def describe(self) -> str:
+        what = {"count": "count", "latency": "latency of", "hist": f"{self.value} at"}[self.kind]
+        scale = "" if self.kind == "count" else (f" · linear {self.linear.low}..{self.linear.high} step "
+                                                  f"{self.linear.step}" if self.linear else " · log2")
+        by = f" · by {self.key}" if self.key else ""
+        return f"{what} {self.function if self.kind == 'latency' else self.spec[0]}{by}{scale}"
+
+
+def probe_request(event: DynamicEvent) -> StatsRequest:
+    """A request at the place of an existing probe, capturing what it captures (the view makes its own
+    probe there, in this run's group, and leaves the original alone)."""
+    target = edit_target(event)  # a UserError for kinds the probe compiler does not make
+    if target.kind not in ("entry", "return", "offset"):
+        raise UserError(f"{event.full_name} is a {target.kind}: the statistics view takes kprobes and uprobes")
+    place = {"entry": target.function, "return": f"{target.function}%return",
+             "offset": f"{target.function}{target.number}"}[target.kind]
+    args = tuple(target.args.split())
+    fields = tuple(dict.fromkeys(word.split("=", 1)[0] for word in args if "=" in word))
+    return StatsRequest((place, *args), target.binary, fields, target.function)
+
+
+def nice_linear(low: int | None, high: int | None, buckets: int = LINEAR_BUCKETS) -> Linear:
+    """A linear scale over the values seen, with a round step (1, 2 or 5 times a power of ten)."""
+    low = low or 0
+    high = max(high or 0, low)  # the largest value seen: the last bucket holds it
+    span = high - low + 1
+    step, scale = 1, 1
+    while step * buckets < span:
+        for factor in (1, 2, 5):
+            step = factor * scale
+            if step * buckets >= span:
+                break
+        else:
+            scale *= 10
+    start = (low // step) * step
+    end = max(start + step, -(-(high + 1) // step) * step)
+    return Linear(start, end, step)
+
+
+class StatsRunner:
+    """A thread of its own starts the view's runs, samples them once a second and stops them, in turn.
+
+    The thread exists before a run starts, so the run leaves it out with our other threads
+    (``common_pid != tid``): a worker thread per sample would be new each time, and sampling
+    ``latency vfs_read`` reads hist files with vfs_read, which would count our own reads. What
+    happens is told to ``report(kind, generation, *details)`` from this thread: ``started`` (the
+    choice, what a glob left out), ``sampled`` (a Sample, the hit rates) or ``failed`` (a message).
+    """
+
+    def __init__(self, sources, report: Callable[..., None], alive: Callable[[], bool]) -> None:
+        """``alive``: False once the app is gone (then the run stops, as on close)."""
+        self.sources = sources
+        self.report = report
+        self.alive = alive
+        self.run: AggregationRun | None = None
+        self.closed = threading.Event()  # set once everything the view made is gone
+        self._asks: queue.SimpleQueue = queue.SimpleQueue()  # (generation, request), or None: close
+        self._thread = threading.Thread(target=self._loop, name="kprobe-tui stats")
+
+    @property
+    def native_id(self) -> int | None:
+        return self._thread.native_id
+
+    def ask(self, generation: int, request: StatsRequest) -> None:
+        """Replace the run by one for ``request`` (asks queued meanwhile: only the newest runs)."""
+        if self._thread.ident is None:
+            self._thread.start()
+        self._asks.put((generation, request))
+
+    def close(self) -> None:
+        """Stop the run and remove what it made, in the runner's thread (the caller does not wait)."""
+        if self._thread.ident is None:
+            self.closed.set()
+        else:
+            self._asks.put(None)
+
+    def _loop(self) -> None:
+        generation, due = 0, None  # due: when the next sample is taken (None: no run to sample)
+        try:
+            while self.alive():
+                try:
+                    ask = self._asks.get(timeout=REFRESH_SECONDS if due is None else max(0.0, due - time.monotonic()))
+                except queue.Empty:
+                    if due is not None:
+                        due = time.monotonic() + REFRESH_SECONDS if self._sample(generation) else None
+                    continue
+                asks = [ask]
+                while not self._asks.empty():
+                    asks.append(self._asks.get())
+                if None in asks:
+                    return
+                generation, request = asks[-1]
+                self._stop()
+                due = time.monotonic() + REFRESH_SECONDS if self._start(generation, request) else None
+        finally:
+            try:
+                self._stop()
+            finally:
+                self.closed.set()
+
+    def _start(self, generation: int, request: StatsRequest) -> bool:
+        try:
+            top = self.sources.tracing()
+            group = lifetime.run_name()
+            builder = TargetBuilder(self.sources, top.read("README") if top.exists("README") else "", group,
+                                    binary=request.binary, taken=[e.event for e in Events(top).events_in(group)])
+            targets = request.targets(builder)
+            run = AggregationRun(top, request.aggregation(), targets, engine=request.engine)
+            run.start()
+        except UserError as exc:
+            self.report("failed", generation, str(exc))
+            return False
+        self.run = run
+        self.report("started", generation, run.choice, targets.skipped)
+        return True
+
+    def _sample(self, generation: int) -> bool:
+        try:
+            sample = self.run.sample()
+        except UserError as exc:
+            self.report("failed", generation, str(exc))
+            return False
+        self.report("sampled", generation, sample, list(self.run.rates))
+        return True
+
+    def _stop(self) -> None:
+        run, self.run = self.run, None
+        if run is not None:
+            run.stop()
+
+
+class StatsScreen(Screen):
+    """``StatsScreen(request, sources)`` runs it; ``StatsScreen.replay(...)`` shows a fixed sample."""
+
+    DEFAULT_CSS = """
+    StatsScreen #title { height: 1; padding: 0 1; background: $panel; text-wrap: nowrap; text-overflow: ellipsis; }
+    StatsScreen #engine { height: auto; max-height: 3; padding: 0 1; color: $text-muted; }
+    StatsScreen #engine.error { color: $error; max-height: 4; }
+    StatsScreen #rate-row { height: 1; }
+    StatsScreen #rate { width: 20; padding: 0 1; text-wrap: nowrap; }
+    StatsScreen #rate-row Sparkline { width: 1fr; height: 1; }
+    StatsScreen StatsTable { height: 1fr; padding: 0 1; }
+    StatsScreen #summary { height: auto; max-height: 2; padding: 0 1; background: $panel; }
+    """
+    BINDINGS = [
+        Binding("k", "cycle('key')", "Key"),
+        Binding("v", "cycle('value')", "Value"),
+        Binding("b", "buckets", "Log2/linear"),
+        Binding("i", "interval", "Interval/total"),
+        Binding("escape", "close", "Back"),
+    ]
+
+    def __init__(self, request: StatsRequest, sources=None) -> None:
+        super().__init__()
+        self.request = request
+        self.sources = sources
+        self.runner: StatsRunner | None = None
+        self.interval = False  # show the last second (True) or everything since the start
+        self.sample: Sample | None = None
+        self.rates: list[float] = []
+        self.choice: Choice | None = None
+        self.error: str | None = None
+        self.skipped: dict[str, list[str]] = {}  # functions a glob left out, by why
+        self._generation = 0  # samples of a run already replaced are dropped
+
+    @classmethod
+    def replay(cls, request: StatsRequest, sample: Sample, rates: list[float], choice: Choice) -> StatsScreen:
+        """A fixed sample (no kernel): for pictures and tests of the layout."""
+        screen = cls(request)
+        screen.sample, screen.rates, screen.choice = sample, rates, choice
+        return screen
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="title")
+        yield Static("", id="engine")
+        with Horizontal(id="rate-row"):
+            yield Static("", id="rate")
+            yield Sparkline([], id="rates")
+        yield StatsTable()
+        yield Static("", id="summary")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        if self.sources is not None:
+            app = self.app  # the runner's thread has no active app of its own
+            self.runner = StatsRunner(self.sources, partial(self._report, app), lambda: app.is_running)
+            self._restart()
+        self._show()
+
+    def on_unmount(self) -> None:
+        """The run stops in the runner's thread (a user-space run lets its reader drain first)."""
+        if self.runner is not None:
+            self.runner.close()
+
+    def _restart(self) -> None:
+        self._generation += 1
+        self.sample, self.rates, self.choice, self.error, self.skipped = None, [], None, None, {}
+        self.runner.ask(self._generation, self.request)
+        self._show()
+
+    def _report(self, app, kind: str, generation: int, *details) -> None:
+        """From the runner's thread: the news goes to the UI thread (dropped once the app is gone)."""
+        try:
+            app.call_from_thread(getattr(self, f"_{kind}"), generation, *details)
+        except RuntimeError:
+            pass
+
+    # --- results (UI thread) --------------------------------------------------------------------------
+
+    def _started(self, generation: int, choice: Choice, skipped: dict[str, list[str]]) -> None:
+        if generation == self._generation:
+            self.choice, self.skipped = choice, skipped
+            self._show()
+
+    def _sampled(self, generation: int, sample: Sample, rates: list[float]) -> None:
+        if generation == self._generation:
+            self.sample, self.rates = sample, rates
+            self._show()
+
+    def _failed(self, generation: int, message: str) -> None:
+        if generation == self._generation:
+            self.error = message
+            self._show()
+
+    @property
+    def result(self) -> Result | None:
+        if self.sample is None:
+            return None
+        return self.sample.interval if self.interval else self.sample.total
+
+    def _show(self) -> None:
+        if not self.is_attached:
+            return
+        request = self.request
+        shown = "last second" if self.interval else "since start"
+        self.query_one("#title", Static).update(plain(f"{request.describe()} · {shown}"))
+        engine = self.query_one("#engine", Static)
+        engine.set_class(self.error is not None, "error")
+        if self.error is not None:
+            engine.update(plain(f"not running: {self.error}  (k/v: another key or value)"))
+        elif self.choice is None:
+            engine.update(Text("starting: making the probes and choosing the engine…"))
+        else:
+            left_out = "".join(f" · skipped {len(names)} {why}" for why, names in self.skipped.items())
+            engine.update(plain(f"{self.choice.engine} engine: {self.choice.reason}{left_out}"))
+        result = self.result
+        rate = self.sample.rate if self.sample is not None else 0.0
+        self.query_one("#rate", Static).update(plain(f"{rate:,.0f} hits/s"))
+        # padded: a sparkline stretches a short history over its width. All zero, it would draw full
+        # bars (no scale): an idle probe shows none
+        history = ([0.0] * RATE_SECONDS + self.rates)[-RATE_SECONDS:]
+        self.query_one("#rates", Sparkline).data = history if any(history) else []
+        self.query_one(StatsTable).show(result, isinstance(request.linear, Linear))
+        self.query_one("#summary", Static).update(plain(self._summary(result)))
+
+    @staticmethod
+    def _summary(result: Result | None) -> str:
+        if result is None:
+            return ""
+        if result.kind == "count":
+            keys = len(result.entries)
+            text = f"count {result.count:,}" + (f" in {keys:,} key{'s' if keys != 1 else ''}" if result.key_names else "")
+        else:
+            text = stats_line(result.total, result.unit)
+        notes = [f"{name} {getattr(result, name):,}" for name in ("lost", "dropped", "unmatched") if getattr(result, name)]
+        return text + (f" · {', '.join(notes)}" if notes else "")
+
+    # --- choices ------------------------------------------------------------------------------------------
+
+    def _ask(self, request: StatsRequest) -> None:
+        if request == self.request:
+            return
+        self.request = request
+        if self.runner is not None:
+            self._restart()
+        self._show()
+
+    def action_cycle(self, what: str) -> None:
+        self._ask(self.request.cycled(what))
+
+    def action_buckets(self) -> None:
+        """log2 <-> linear; the linear scale spans the values seen so far."""
+        if self.request.kind != "hist":
+            self.notify("log2 and linear are for a histogram of a value (v: choose one); latency is log2",
+                        severity="warning")
+            return
+        if self.request.linear is not None:
+            self._ask(replace(self.request, linear=None))
+            return
+        total = self.sample.total.total if self.sample is not None else None
+        self._ask(replace(self.request, linear=nice_linear(total.min if total else None, total.max if total else None)))
+
+    def action_interval(self) -> None:
+        self.interval = not self.interval
+        self._show()
+
+    def action_close(self) -> None:
+        self.dismiss()
+
+
+def open_stats(app, request: StatsRequest) -> None:
+    """The statistics view, or in lab mode the command an administrator runs (copied, OSC 52)."""
+    access = getattr(app, "access", None)
+    if access is not None and access.lab:
+        command = shlex.join(["sudo", *request.command()])
+        app.copy_to_clipboard(command)
+        app.notify(f"lab mode: {access.reason}. Copied for an administrator: {command}", title="Statistics",
+                   severity="warning", timeout=30)
+        return
+    app.push_screen(StatsScreen(request, app.sources))
