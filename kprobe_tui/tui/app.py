@@ -24,10 +24,11 @@ from kprobe_tui.textsafe import printable
 from kprobe_tui.tui import theming
 from kprobe_tui.tui.commands import ActionsProvider
 from kprobe_tui.tui.keys import KeyRouter
-from kprobe_tui.tui.navigation import Back, EditProbe, OpenBuilder, OpenSource, ShowEvents
+from kprobe_tui.tui.navigation import Back, EditProbe, OpenBuilder, OpenSource, OpenStats, ShowEvents
 from kprobe_tui.tui.screens.builder import EditBuilder, ProbeBuilderScreen
 from kprobe_tui.tui.screens.events import EventsScreen
 from kprobe_tui.tui.screens.functions import FunctionsScreen
+from kprobe_tui.tui.screens.stats import StatsScreen, handoff
 from kprobe_tui.tui.screens.help import HelpScreen
 from kprobe_tui.tui.screens.probes import ProbesScreen
 from kprobe_tui.tui.screens.source import DebugTarget, SourceScreen
@@ -188,6 +189,16 @@ class KprobeTui(App):
             self.notify(str(exc), title="Cannot tail", severity="error")
             return
         self.push_screen(EventsScreen(message.patterns, tracefs))
+
+    def on_open_stats(self, message: OpenStats) -> None:
+        """The statistics view, or in lab mode the command an administrator runs (copied, OSC 52)."""
+        if self.access.lab:
+            command = handoff(message.request)
+            self.copy_to_clipboard(command)
+            self.notify(f"lab mode: {self.access.reason}. Copied for an administrator: {command}", title="Statistics",
+                        severity="warning", timeout=30)
+            return
+        self.push_screen(StatsScreen(message.request, self.sources))
 
     def on_back(self, message: Back) -> None:
         if len(self.screen_stack) > 2:  # the default screen, and the first of ours, stay

@@ -49,5 +49,13 @@ class ShowEvents(Message):
         self.patterns = patterns
 
 
+class OpenStats(Message):
+    """The statistics view of ``request`` (a ``screens.stats.StatsRequest``); in lab mode, its hand-off."""
+
+    def __init__(self, request) -> None:
+        super().__init__()
+        self.request = request
+
+
 class Back(Message):
     """Close this screen (unless it is the first)."""

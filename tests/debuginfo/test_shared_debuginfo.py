@@ -18,7 +18,7 @@ from debuginfo_helpers import C_DIR, LINE_SPECS, VAR_SPECS
 from kprobe_tui.debuginfo.describe import format_points
 from kprobe_tui.debuginfo.lines import LineSpec, find_line_range
 from kprobe_tui.debuginfo.locate import find_binary_debuginfo
-from kprobe_tui.debuginfo.scope import DebugInfo, ProbeSpec, open_debuginfo
+from kprobe_tui.debuginfo.scope import DebugInfo, PointSpec, open_debuginfo
 from kprobe_tui.errors import UserError
 from kprobe_tui.probes.binary import BinaryCatalog
 from kprobe_tui.probes.capture import children, dwarf_variables
@@ -36,7 +36,7 @@ def answers(info: DebugInfo, order: list[str]) -> dict[str, str]:
         kind, text = spec.split(" ", 1)
         try:
             if kind == "V":
-                parsed = ProbeSpec.parse(text)
+                parsed = PointSpec.parse(text)
                 found[spec] = format_points(parsed, info.probe_points(parsed), verbose=True)
             else:
                 found[spec] = repr(find_line_range(info, LineSpec.parse(text)).lines)

@@ -163,7 +163,7 @@ def test_tail_takes_network_byte_order_filters_down_to_the_kernel(program, trace
     """tail --filter 'ntohs(port) == 53': the kernel gets port == 13568 and only those events come."""
     group = "kptaggtail"
     top = Tracefs(tracefs_root)
-    from kprobe_tui.probes.compile import ElfSymbols
+    from kprobe_tui.probes.symbols import ElfSymbols
 
     offset = ElfSymbols(program).function("work").file_offset
     top.write("uprobe_events", f"p:{group}/work {program}:0x{offset:x} len=%di:s64 port=%si:u16\n")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kprobe_tui import blocking
-from kprobe_tui.debuginfo.scope import ProbeSpec, open_debuginfo
+from kprobe_tui.debuginfo.scope import PointSpec, open_debuginfo
 from kprobe_tui.kernel.sources import locate
 from kprobe_tui.kernel.tracefs import Tracefs
 from kprobe_tui.probes.binary import BinaryCatalog
@@ -40,14 +40,14 @@ async def test_dwarf_compile_and_tracefs_writes_are_refused_on_the_ui_thread_onl
         await pilot.pause()
         # this test's coroutine runs on the app's thread, as a message handler would
         with pytest.raises(blocking.BlockedUiThread, match="reading the debug info of"):
-            info.probe_points(ProbeSpec("work"))
+            info.probe_points(PointSpec("work"))
         with pytest.raises(blocking.BlockedUiThread, match="compiling work"):
             compile_spec(spec, "kptui_blocking")
         with pytest.raises(blocking.BlockedUiThread, match="writing"):
             snapshot.write("kprobe_events", "p:kptui_blocking/x work")
         # in a worker thread the same calls run
-        assert await asyncio.to_thread(info.probe_points, ProbeSpec("work"))
+        assert await asyncio.to_thread(info.probe_points, PointSpec("work"))
         [probe] = await asyncio.to_thread(compile_spec, spec, "kptui_blocking")
         assert probe.definition().startswith("p:kptui_blocking/work ")
     # the app is gone: its thread is no longer the UI's (the run's undo writes tracefs from it)
-    assert info.probe_points(ProbeSpec("work"))
+    assert info.probe_points(PointSpec("work"))

@@ -34,7 +34,7 @@ from kprobe_tui.stream.reader import StreamUpdate
 from kprobe_tui.stream.session import FilterPlan, TailSession
 from kprobe_tui.stream.store import DEFAULT_CAPACITY, EventStore
 from kprobe_tui.textsafe import printable
-from kprobe_tui.tui.navigation import Back
+from kprobe_tui.tui.navigation import Back, OpenStats
 from kprobe_tui.tui.plain import plain
 from kprobe_tui.tui.theming import LAYOUT
 from kprobe_tui.tui.tracing import RunTracing
@@ -329,7 +329,7 @@ class EventsScreen(Screen):
 
     def action_stats(self) -> None:
         """The statistics view of the probe being tailed: the highlighted event's, else the only one."""
-        from kprobe_tui.tui.screens.stats import open_stats, probe_request
+        from kprobe_tui.tui.screens.stats import probe_request
 
         targets = self.session.targets if self.session is not None else []
         current = self.query_one(EventTable).current
@@ -344,6 +344,6 @@ class EventsScreen(Screen):
             event = next((e for e in Events(self.tracefs).list() if e.full_name == name), None)
             if event is None:
                 raise UserError(f"{name} is gone")
-            open_stats(self.app, probe_request(event))
+            self.post_message(OpenStats(probe_request(event)))
         except UserError as exc:
             self.notify(str(exc), title="Statistics", severity="error")

@@ -14,7 +14,7 @@ from textual.widgets import Footer, Header, Input, Static
 from kprobe_tui.kernel.catalog import STATUS_HELP, Function, FunctionCatalog, Status
 from kprobe_tui.matching import MODES, IncrementalFilter, Matcher
 from kprobe_tui.textsafe import printable
-from kprobe_tui.tui.navigation import OpenBuilder, OpenSource
+from kprobe_tui.tui.navigation import OpenBuilder, OpenSource, OpenStats
 from kprobe_tui.tui.plain import plain
 from kprobe_tui.tui.theming import LAYOUT
 from kprobe_tui.tui.widgets.filter_bar import FilterBar
@@ -122,7 +122,7 @@ class FunctionsScreen(Screen):
 
     def action_count_calls(self) -> None:
         """The statistics view counting calls of every function the filter matches (a glob)."""
-        from kprobe_tui.tui.screens.stats import StatsRequest, open_stats
+        from kprobe_tui.tui.screens.stats import StatsRequest
 
         query = self.query_one("#filter", Input).value.strip()
         if not query or self.mode == "fuzzy":
@@ -131,15 +131,15 @@ class FunctionsScreen(Screen):
             return
         pattern = query if self.mode == "glob" or any(c in query for c in "*?[") else f"*{query}*"
         glob = any(c in pattern for c in "*?[")
-        open_stats(self.app, StatsRequest((pattern,), self._binary(), key="probe" if glob else None))
+        self.post_message(OpenStats(StatsRequest((pattern,), self._binary(), key="probe" if glob else None)))
 
     def action_latency(self) -> None:
         """The statistics view of the highlighted function's latency, entry to return."""
-        from kprobe_tui.tui.screens.stats import StatsRequest, open_stats
+        from kprobe_tui.tui.screens.stats import StatsRequest
 
         name = self.query_one(FunctionList).current
         if name is not None:
-            open_stats(self.app, StatsRequest((name,), self._binary(), function=name, key=None, value="latency"))
+            self.post_message(OpenStats(StatsRequest((name,), self._binary(), function=name, key=None, value="latency")))
 
     def _binary(self) -> str | None:
         """The program browsed with -x (its functions get uprobes), None for the kernel."""

@@ -39,7 +39,7 @@ from kprobe_tui.kernel.profile import ProbeHits, rates, read_hits
 from kprobe_tui.probes.edit import EditTarget, edit_target
 from kprobe_tui.probes.spec import DEFAULT_PERSISTENT_GROUP
 from kprobe_tui.textsafe import printable
-from kprobe_tui.tui.navigation import Back, EditProbe, ShowEvents
+from kprobe_tui.tui.navigation import Back, EditProbe, OpenStats, ShowEvents
 from kprobe_tui.tui.plain import plain
 from kprobe_tui.tui.theming import LAYOUT
 from kprobe_tui.tui.tracing import RunTracing
@@ -341,12 +341,12 @@ class ProbesScreen(Screen):
 
     def action_stats(self) -> None:
         """The statistics view of the highlighted probe."""
-        from kprobe_tui.tui.screens.stats import open_stats, probe_request
+        from kprobe_tui.tui.screens.stats import probe_request
 
         event = self.current()
         if event is None:
             return
         try:
-            open_stats(self.app, probe_request(event))
+            self.post_message(OpenStats(probe_request(event)))
         except UserError as exc:
             self._say(str(exc), "error")
