@@ -111,7 +111,7 @@ async def one_target(name: str, passes: int) -> dict[str, list[float]]:
         functions = app.screen.query_one(FunctionList)
         while not functions.rows:
             await pilot.pause(0.01)
-        await pilot.press("slash", *function, "enter")
+        await pilot.press("slash", *function, "escape")
         assert functions.current == function, functions.current
         for _ in range(passes):
             samples["cursor move (floor)"] += await clock.press(pilot, "down", "cursor")

@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from kprobe_tui import blocking
 from kprobe_tui.kernel.sources import locate
+
+# A DWARF question, a compile or a tracefs write made on the TUI's UI thread fails the test that made
+# it (kprobe_tui/blocking.py): every Pilot test also proves the screens leave that work to workers.
+blocking.checking = True
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -47,3 +52,10 @@ def tracefs_root() -> Path:
     root = _live_tracefs()
     assert root is not None
     return root
+
+
+@pytest.fixture(autouse=True)
+def no_ui_thread_after_the_test():
+    """An app that ended without its unmount must not leave its thread marked for the next test."""
+    yield
+    blocking.ui_thread(None)

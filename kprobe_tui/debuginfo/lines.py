@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from kprobe_tui.debuginfo import dwarfinfo as dw
 from kprobe_tui.debuginfo.corrupt import reports_corruption
 from kprobe_tui.debuginfo.locate import source_path
+from kprobe_tui.debuginfo.scope import one_question_at_a_time
 from kprobe_tui.errors import UserError
 from kprobe_tui.files import MiB, read_regular
 
@@ -202,6 +203,7 @@ def _collect(info, unit, scopes, fname: str, start: int, end: int, reversible: b
     result.lines = sorted(lines)
 
 
+@one_question_at_a_time
 @reports_corruption(_debug_file)
 def find_line_range(info, spec: LineSpec) -> LineRange:
     """The probeable lines of a spec, as perf's debuginfo__find_line_range decides them.
@@ -281,8 +283,9 @@ def source_lines(data: bytes) -> list[str]:
 
 
 @reports_corruption(_debug_file)
-def source_text(info, found: LineRange) -> SourceText:
-    """Read the source of a line range as perf resolves it (comp_dir, -s prefix), else from debuginfod."""
+def source_text(info, found: LineRange, debuginfod=None) -> SourceText:
+    """Read the source of a line range as perf resolves it (comp_dir, -s prefix), else from debuginfod
+    (``debuginfod``: the caller's client, with its progress and cancel; None: the one ``info`` was opened with)."""
     source = source_path(found.path, found.comp_dir, info.source_dir)
     notes = []
     if found.from_inlined:
@@ -290,7 +293,7 @@ def source_text(info, found: LineRange) -> SourceText:
                      "these are the lines of its inlined copies")
     remote = None
     if source is None and info.source_dir is None and found.path:
-        source, remote = _fetch_source(info, found)
+        source, remote = _fetch_source(info, found, debuginfod or info.debuginfod)
     lines = None
     if source is not None:
         try:
@@ -303,7 +306,7 @@ def source_text(info, found: LineRange) -> SourceText:
     return SourceText(source or found.path, lines, "; ".join(notes) or None)
 
 
-def _fetch_source(info, found: LineRange) -> tuple[str | None, str | None]:
+def _fetch_source(info, found: LineRange, debuginfod) -> tuple[str | None, str | None]:
     """(the cached file, None) from debuginfod by the build-id and absolute path, or (None, why not)."""
     from kprobe_tui.debuginfo.debuginfod import Cancelled
     from kprobe_tui.debuginfo.locate import default_client
@@ -313,7 +316,7 @@ def _fetch_source(info, found: LineRange) -> tuple[str | None, str | None]:
     if not build_id or path is None or not path.startswith("/"):
         return None, None  # debuginfod serves sources by absolute path only
     try:
-        return str(default_client(info.debuginfod).source(build_id, path)), None
+        return str(default_client(debuginfod).source(build_id, path)), None
     except Cancelled:
         raise
     except UserError as exc:

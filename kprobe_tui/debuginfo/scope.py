@@ -14,11 +14,16 @@ them into tracefs fetch-args without parsing DWARF again.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
+from kprobe_tui.blocking import blocking
 from kprobe_tui.debuginfo import dwarfinfo as dw
 from kprobe_tui.debuginfo.aranges import ArangeMap
 from kprobe_tui.debuginfo.corrupt import register, reports_corruption
@@ -129,22 +134,78 @@ def _debug_file(info, *_args, **_kwargs):
     return info.located.debug_file
 
 
+F = TypeVar("F", bound=Callable)
+_ASKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # pyelftools DWARFInfo -> its DebugInfo
+
+
+def one_question_at_a_time(function: F) -> F:
+    """An entry point of the engine whose first argument is a DebugInfo: it holds the file's lock."""
+
+    @functools.wraps(function)
+    def asked(info, *args, **kwargs):
+        with info.asking():
+            return function(info, *args, **kwargs)
+
+    return asked  # type: ignore[return-value]
+
+
+def asking_about(die) -> threading.RLock:
+    """The lock of the DebugInfo that handed out ``die``: a DIE is read from long after the question
+    that found it (a struct's members, when the tree expands), so hold it while reading through it."""
+    info = _ASKED.get(die.dwarfinfo)
+    return info.asking() if info is not None else threading.RLock()
+
+
+class _answered_once:
+    """A cached property computed under its DebugInfo's own lock. (Python 3.11's functools version
+    takes a lock per attribute, shared by every instance, before ours: two files asked at once could
+    deadlock.)"""
+
+    def __init__(self, function: Callable) -> None:
+        self.function = function
+        self.__doc__ = function.__doc__
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, info, owner=None):
+        if info is None:
+            return self
+        try:
+            return info.__dict__[self.name]
+        except KeyError:
+            pass
+        with info.asking():
+            if self.name not in info.__dict__:
+                info.__dict__[self.name] = self.function(info)
+            return info.__dict__[self.name]
+
+
 class DebugInfo:
     """One binary's (or the kernel's) DWARF, with the questions the probe builder asks of it.
 
     Its question methods (and lines.py's) are the engine's entry points: bytes that do not parse come
-    out of them as CorruptDebugInfo naming the file (debuginfo/corrupt.py)."""
+    out of them as CorruptDebugInfo naming the file (debuginfo/corrupt.py). pyelftools reads through
+    shared stream positions, so the entry points answer one question at a time, each holding ``lock``
+    (``asking``), whichever thread asks; ``open_debuginfo`` gives every caller of a file the same one."""
 
     def __init__(self, located: LocatedDebugInfo, source_dir: str | None = None, debuginfod=None) -> None:
         self.located = located
         self.source_dir = source_dir
         self.debuginfod = debuginfod  # a debuginfod.Client for source files not on disk (None: from the environment)
+        self.lock = threading.RLock()  # re-entrant: entry points call each other
 
-    @cached_property
+    def asking(self) -> threading.RLock:
+        """``with info.asking():`` around anything that reads this file through the engine."""
+        blocking(f"reading the debug info of {self.located.debug_file}")
+        return self.lock
+
+    @_answered_once
     def _opened(self):
         """(stream, ELFFile, DWARFInfo, mmap), on first use: a saved answer needs none of them."""
         opened = open_dwarf(self.located.debug_file, self.located.supplementary)
         register(opened[2], self.located.debug_file)
+        _ASKED[opened[2]] = self
         return opened
 
     @property
@@ -159,7 +220,7 @@ class DebugInfo:
     def _mm(self):
         return self._opened[3]
 
-    @cached_property
+    @_answered_once
     def units(self) -> dw.Units:
         return dw.Units(self.dwarf)
 
@@ -167,18 +228,18 @@ class DebugInfo:
     def is_kernel(self) -> bool:
         return self.located.is_kernel
 
-    @cached_property
+    @_answered_once
     @reports_corruption(_debug_file)
     def symbols(self) -> FunctionSymbols:
         return FunctionSymbols(ElfFile(self.located.debug_file, self._mm), getattr(self.dwarf, "sections", None))
 
-    @cached_property
+    @_answered_once
     @reports_corruption(_debug_file)
     def aranges(self) -> ArangeMap:
         section = self.dwarf.debug_aranges_sec  # relocated or inflated where the file needs it
         return ArangeMap.read(section.stream.getvalue()) if section is not None else ArangeMap()
 
-    @cached_property
+    @_answered_once
     @reports_corruption(_debug_file)
     def index(self) -> NameIndex:
         key = cache_key(self.located.build_id, self.located.debug_file)
@@ -197,11 +258,13 @@ class DebugInfo:
                 if dw.is_func_def(die) and "DW_AT_name" in die.attributes:
                     yield dw.name_of(die), cu.cu_offset
 
+    @one_question_at_a_time
     def cu(self, offset: int):
         return self.dwarf.get_CU_at(offset)
 
     # ---- functions ----
 
+    @one_question_at_a_time
     @reports_corruption(_debug_file)
     def definitions(self, name: str, file: str | None = None) -> list:
         """Subprogram DIEs defining ``name`` (perf's die_match_name + die_is_func_def), in unit order."""
@@ -237,6 +300,7 @@ class DebugInfo:
             ranges.extend((low, high, die.offset) for low, high in dw.ranges_of(die, self.units))
         self.index.add_functions(unit.cu.cu_offset, names, ranges)
 
+    @one_question_at_a_time
     @reports_corruption(_debug_file)
     def function(self, name: str, file: str | None = None) -> list[FunctionSite]:
         """Every concrete copy of the first definition perf would pick: out-of-line and inlined."""
@@ -267,6 +331,7 @@ class DebugInfo:
             call_line=(dw.int_attr(die, "DW_AT_call_line", False) or 0) if inline else 0,
         )
 
+    @one_question_at_a_time
     def instances_of(self, origin) -> list:
         """The concrete copies (out-of-line and inlined) of an abstract function, as perf walks them."""
         cu = origin.cu
@@ -278,6 +343,7 @@ class DebugInfo:
             self.index.add_instances(cu.cu_offset, origins)
         return [cu.get_DIE_from_refaddr(offset) for offset in origins.get(origin.offset, [])]
 
+    @one_question_at_a_time
     def real_function_at(self, cu, address: int):
         """perf's die_find_realfunc: the unit's first subprogram whose ranges hold the address."""
         self._index_unit(self.units.of(cu))
@@ -286,11 +352,12 @@ class DebugInfo:
                 return cu.get_DIE_from_refaddr(die_offset)
         return None
 
-    @cached_property
+    @_answered_once
     def _load_segments(self) -> list[tuple[int, int, int]]:
         """(vaddr, memsz, offset) of the probed binary's PT_LOAD segments (not the debug file's)."""
         return [(s.vaddr, s.memsz, s.offset) for s in ElfFile(self.located.binary).load_segments()]
 
+    @one_question_at_a_time
     def file_offset(self, address: int) -> int | None:
         """The file offset of a virtual address in the probed binary (what uprobe_events takes)."""
         if self.is_kernel:
@@ -300,12 +367,14 @@ class DebugInfo:
                 return address - vaddr + offset
         return None
 
+    @one_question_at_a_time
     def source_file(self, raw_path: str, cu) -> str | None:
         """The readable source text for a DWARF file name, resolved as perf does (-s as prefix)."""
         return source_path(raw_path, self.units.of(cu).comp_dir, self.source_dir)
 
     # ---- probe points and variables ----
 
+    @one_question_at_a_time
     @reports_corruption(_debug_file)
     def probe_points(self, spec: str | PointSpec, externs: bool = False) -> list[ProbePoint]:
         """The addresses perf probe would use for a spec, each with the variables perf -V lists."""
@@ -393,6 +462,7 @@ class DebugInfo:
             point.variables = self.variables_at(scope, function, address, externs)
         return point
 
+    @one_question_at_a_time
     def variables_at(self, scope, function, address: int, externs: bool = False) -> list[Variable]:
         """Parameters and locals visible at an address (perf's collect_variables_cb), listed or not."""
         frame = location_at(function, "DW_AT_frame_base", address, self.units)
@@ -501,4 +571,31 @@ def open_debuginfo(binary: str | None = None, vmlinux: str | None = None, source
         located = find_module_debuginfo(module, debuginfod=debuginfod)
     else:
         located = find_vmlinux(vmlinux, debuginfod=debuginfod)
-    return DebugInfo(located, source_dir=source_dir, debuginfod=debuginfod)
+    return shared(located, source_dir, debuginfod)
+
+
+SHARED_FILES = 8  # DebugInfos kept for their next caller: a run browses one binary, or a kernel and a few modules
+_shared: OrderedDict[tuple, DebugInfo] = OrderedDict()
+_shared_lock = threading.Lock()
+
+
+def shared(located: LocatedDebugInfo, source_dir: str | None = None, debuginfod=None) -> DebugInfo:
+    """The one DebugInfo of a located file: the source view, the probe compiler, the variable tree
+    and the function list of one run all ask the same (one parse, one lock, one index in memory).
+
+    Keyed by the file's identity (device, inode, size, mtime: a rebuilt binary is a new file) and by
+    what changes answers (the probed binary, the module, the dwz file, ``source_dir``). The debuginfod
+    client is the first caller's: ``lines.source_text`` takes a caller's own."""
+    try:
+        key = (file_identity(located.debug_file), located.supplementary and file_identity(located.supplementary),
+               located.binary, located.module, source_dir)
+    except OSError:  # gone since it was located: let the engine say so
+        return DebugInfo(located, source_dir=source_dir, debuginfod=debuginfod)
+    with _shared_lock:
+        info = _shared.get(key)
+        if info is None:
+            info = _shared[key] = DebugInfo(located, source_dir=source_dir, debuginfod=debuginfod)
+            while len(_shared) > SHARED_FILES:
+                _shared.popitem(last=False)
+        _shared.move_to_end(key)
+        return info

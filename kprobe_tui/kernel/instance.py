@@ -168,6 +168,12 @@ class Instance:
         if (group, event) not in self.enabled:
             self.enabled.append((group, event))
 
+    def disable(self, group: str, event: str) -> None:
+        """Stop recording ``group/event`` here (its filter stays, for when it is enabled again)."""
+        self.events.disable(group, event, where=self.tracefs)
+        if (group, event) in self.enabled:
+            self.enabled.remove((group, event))
+
     def set_filter(self, group: str, event: str, expression: str) -> None:
         """Kernel-side filter of ``group/event`` inside this instance, on top of its base filter
         (KernelRefused with caret on error)."""

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from kprobe_tui.blocking import blocking
 from kprobe_tui.errors import UserError
 
 # Files the kernel reads as commands, one per line, '#' starting a comment (trace_parse_run_command).
@@ -156,6 +157,7 @@ class Tracefs:
     def write(self, rel: str, text: str, append: bool = True) -> None:
         """Write one command to a control file; a refusal carries the kernel's error_log entry for it."""
         target = self.root / rel
+        blocking(f"writing {target}")
         if not self.writable:
             raise UserError(f"cannot write {target}: this is a captured snapshot, read-only")
         data = check_write(target, text)

@@ -58,6 +58,8 @@ class BinaryCatalog:
         self._symbols = _read_function_symbols(self.path)
         self.names: list[str] = sorted(self._symbols)
         self._debuginfo = self._open_debuginfo()  # before any status: rows are classified from two threads
+        # read once here: each read of a section header goes through the file (a DWARF question)
+        self._has_aranges = self._debuginfo is not None and _has_section(self._debuginfo, ".debug_aranges")
         self._classified: dict[str, tuple[Status, str]] = {}
         self.details_ready = False  # set by warm(): every name is classified
         self.function = lru_cache(maxsize=1024)(self._function)
@@ -142,7 +144,7 @@ class BinaryCatalog:
         if info is None:
             return False
         # Without .debug_aranges the units cannot be told apart cheaply: the file's DWARF is trusted.
-        return info.aranges.cu_at(address) is not None or not _has_section(info, ".debug_aranges")
+        return info.aranges.cu_at(address) is not None or not self._has_aranges
 
     def prototype(self, name: str) -> str | None:
         """``int work(struct rec* rec, int n)`` from DWARF, or None without it (or when it is corrupt)."""
@@ -155,6 +157,10 @@ class BinaryCatalog:
 
     @reports_corruption(lambda self, name: self.path)
     def _prototype(self, name: str) -> str | None:
+        with self._debuginfo.asking():  # the parameters are read through the function's DIE
+            return self._spelled_prototype(name)
+
+    def _spelled_prototype(self, name: str) -> str | None:
         from kprobe_tui.debuginfo import dwarfinfo as dw
 
         sites = self._debuginfo.function(name)
@@ -185,7 +191,8 @@ class BinaryCatalog:
 
 
 def _has_section(info, name: str) -> bool:
-    return info.elf.get_section_by_name(name) is not None
+    with info.asking():
+        return info.elf.get_section_by_name(name) is not None
 
 
 def _spelled_type(die) -> str:

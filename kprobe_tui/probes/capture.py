@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kprobe_tui.debuginfo.corrupt import file_of_die, reports_corruption
+from kprobe_tui.debuginfo.scope import asking_about
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.btf import Btf
 from kprobe_tui.probes import locations as loc
@@ -68,9 +69,10 @@ def dwarf_variables(spec: ProbeSpec, vmlinux: str | None = None) -> list[Variabl
     for variable in point.variables:
         if not variable.is_external:
             chosen[variable.name] = variable
-    nodes = only_nameable([_dwarf_root(variable, spec) for variable in chosen.values()])
-    if spec.is_return:
-        nodes.append(retval_node(_return_type_name(info, spec)))
+    with info.asking():  # what each one reads as comes from its type's DIEs
+        nodes = only_nameable([_dwarf_root(variable, spec) for variable in chosen.values()])
+        if spec.is_return:
+            nodes.append(retval_node(_return_type_name(info, spec)))
     return nodes
 
 
@@ -146,6 +148,11 @@ def _dwarf_node(expression: str, name: str, type_die, where: str, bits: tuple[in
 
 @reports_corruption(lambda node: file_of_die(node.handle[1]))
 def _dwarf_children(node: VariableNode) -> list[VariableNode]:
+    with asking_about(node.handle[1]):
+        return _dwarf_members(node)
+
+
+def _dwarf_members(node: VariableNode) -> list[VariableNode]:
     real = loc.strip(node.handle[1])
     if real.tag == "DW_TAG_pointer_type":
         real, op = loc.strip(loc.type_of(real)), "->"

@@ -15,6 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from kprobe_tui.blocking import blocking
 from kprobe_tui.debuginfo.corrupt import reports_corruption
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.capabilities import readme_offers
@@ -187,6 +188,7 @@ def compile_spec(
     A line probe can compile to several probes (inlined copies), named ``ev``, ``ev_1``...
     Each is checked to be one valid definition line (``CompiledProbe.check``) before it is returned.
     """
+    blocking(f"compiling {spec.place_text()}")
     debug_file = spec.binary or vmlinux
     untyped_retval = any(a.kind == "retval" and not a.type for a in spec.args)
     typed_retval = untyped_retval and (_has_dwarf(debug_file) if debug_file else _btf_available(btf_path))
@@ -225,13 +227,14 @@ def compile_dwarf(
     info, points = dwarf_points(spec, vmlinux)
     probes: list[CompiledProbe] = []
     taken = list(taken)
-    for point, place, notes in points:
-        fetches = _dwarf_fetches(info, spec, point, notes, readme_offers(readme, "return_args"))
-        line = int(place.rsplit(":", 1)[1]) if spec.lazy is not None else None  # ;PTN: the line it matched
-        name = event_name(spec, taken, line)
-        taken.append(name)
-        where = f"{spec.binary}:0x{point.file_offset:x}" if spec.is_uprobe else module_place(spec, f"{point.function}+{point.offset}", info.located.module)
-        probes.append(CompiledProbe(spec, group, name, where, fetches, point.function, point.offset, tuple(notes)))
+    with info.asking():  # the fetch-args read types and members through the points' DIEs
+        for point, place, notes in points:
+            fetches = _dwarf_fetches(info, spec, point, notes, readme_offers(readme, "return_args"))
+            line = int(place.rsplit(":", 1)[1]) if spec.lazy is not None else None  # ;PTN: the line it matched
+            name = event_name(spec, taken, line)
+            taken.append(name)
+            where = f"{spec.binary}:0x{point.file_offset:x}" if spec.is_uprobe else module_place(spec, f"{point.function}+{point.offset}", info.located.module)
+            probes.append(CompiledProbe(spec, group, name, where, fetches, point.function, point.offset, tuple(notes)))
     return probes
 
 
@@ -240,13 +243,14 @@ def dwarf_points(spec: ProbeSpec, vmlinux: str | None = None) -> tuple[Any, list
     """The debug info, and (point, place, notes) for every address the spec compiles to, after +OFF or
     the prologue skip: the builder's variable tree lists exactly what Create will read."""
     info = _debuginfo(spec.binary, vmlinux, spec.module, _mtime(spec.binary or spec.module or vmlinux))
-    points = [(point, place) for place in _function_places(info, spec) for point in info.probe_points(place, externs=True)]
-    if not points:
-        raise UserError(f"{spec.place_text()!r}: no probeable address", "for a line, see which lines are probeable: kprobe-tui lines FUNC")
-    moved = []
-    for point, place in points:
-        notes: list[str] = [f"inlined copy in {point.function}"] if point.is_inline else []
-        moved.append((_moved_point(info, spec, point, notes), place, notes))
+    with info.asking():
+        points = [(point, place) for place in _function_places(info, spec) for point in info.probe_points(place, externs=True)]
+        if not points:
+            raise UserError(f"{spec.place_text()!r}: no probeable address", "for a line, see which lines are probeable: kprobe-tui lines FUNC")
+        moved = []
+        for point, place in points:
+            notes: list[str] = [f"inlined copy in {point.function}"] if point.is_inline else []
+            moved.append((_moved_point(info, spec, point, notes), place, notes))
     return info, moved
 
 

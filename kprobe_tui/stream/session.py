@@ -76,6 +76,26 @@ class TailSession:
             self.instance.remove()
             raise
 
+    def add(self, patterns: list[str]) -> list[tuple[str, str]]:
+        """Record more events (``resolve_events`` patterns), under the current filter; returns the new ones."""
+        added = [target for target in resolve_events(self.instance.events, patterns) if target not in self.targets]
+        for group, event in added:
+            self.switch(group, event, True)
+        return added
+
+    def switch(self, group: str, event: str, on: bool) -> None:
+        """Start or stop recording one event; the filter in force applies to it from its first event."""
+        if not on:
+            self.instance.disable(group, event)
+            if (group, event) in self.targets:
+                self.targets.remove((group, event))
+            return
+        if (group, event) not in self.targets:
+            self.targets.append((group, event))
+        if self.plan.text:
+            self.set_filter(self.plan.text)
+        self.instance.enable(group, event)
+
     def stop(self) -> None:
         """Stop reading and remove everything this session made in the kernel."""
         if self._reader_undo is not None:

@@ -1,17 +1,20 @@
-"""The Textual app: screens on top of the pure cores. It owns the kernel sources and the catalog."""
+"""The Textual app: screens on top of the pure cores. It owns the kernel sources, the catalog, the
+run's tracing session (a service screens ask) and navigation (screens post what they want: navigation.py)."""
 
 from __future__ import annotations
 
 import gc
 import os
 import sys
+import threading
 from pathlib import Path
 
+from textual import events
 from textual.app import App
 from textual.binding import Binding
 from textual.theme import Theme
 
-from kprobe_tui import config
+from kprobe_tui import blocking, config
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import access, lifetime
 from kprobe_tui.kernel.catalog import Catalog, source_function
@@ -20,23 +23,23 @@ from kprobe_tui.probes.binary import BinaryCatalog
 from kprobe_tui.textsafe import printable
 from kprobe_tui.tui import theming
 from kprobe_tui.tui.commands import ActionsProvider
-from kprobe_tui.tui.screens.builder import ProbeBuilderScreen
+from kprobe_tui.tui.keys import KeyRouter
+from kprobe_tui.tui.navigation import Back, EditProbe, OpenBuilder, OpenSource, OpenStats, ShowEvents
+from kprobe_tui.tui.screens.builder import EditBuilder, ProbeBuilderScreen
 from kprobe_tui.tui.screens.events import EventsScreen
 from kprobe_tui.tui.screens.functions import FunctionsScreen
+from kprobe_tui.tui.screens.stats import StatsScreen, handoff
 from kprobe_tui.tui.screens.help import HelpScreen
 from kprobe_tui.tui.screens.probes import ProbesScreen
 from kprobe_tui.tui.screens.source import DebugTarget, SourceScreen
-
-
-def theme_path(name: str = "default") -> Path:
-    return config.themes_dir() / f"{name}.tcss"
+from kprobe_tui.tui.tracing import RunTracing
 
 
 class KprobeTui(App):
-    """Screens ask the app for shared state (sources, catalog) and for navigation."""
+    """Screens ask the app for shared state (sources, catalog, the tracing session) and, by message, to go elsewhere."""
 
     TITLE = "kprobe-tui"
-    CSS_PATH = theme_path()
+    CSS_PATH = theming.LAYOUT
     COMMANDS = App.COMMANDS | {ActionsProvider}
     BINDINGS = [
         Binding("q", "quit", "Quit"),
@@ -46,6 +49,7 @@ class KprobeTui(App):
         Binding("question_mark", "help", "Help"),
         Binding("f1", "help", "Help", show=False, priority=True),  # also while typing in a box
     ]
+    tracing: RunTracing | None = None  # made by the first screen that records (RunTracing.of)
 
     def __init__(self, sources: KernelSources, binary: BinaryCatalog | None = None,
                  vmlinux: str | None = None, source_dir: str | None = None, theme: str = config.DEFAULT_THEME,
@@ -64,6 +68,7 @@ class KprobeTui(App):
         for name in set(self.available_themes) - set(themes):  # only ours: the palette offers what --theme takes
             self.unregister_theme(name)
         self._two_tone = theming.TwoTone()
+        self._keys = KeyRouter(self, super().on_event)
         self.remember_in = remember_in
         self.notes = notes
         self.sources = sources
@@ -93,6 +98,7 @@ class KprobeTui(App):
         gc.freeze()
 
     def on_mount(self) -> None:
+        blocking.ui_thread(threading.get_ident())  # DWARF, compiles and tracefs writes are workers' work
         self.push_screen(FunctionsScreen(self.load_catalog))
         self._gc_timer = self.set_interval(0.25, self._freeze_when_warm)
         if self.access.lab:
@@ -100,6 +106,19 @@ class KprobeTui(App):
         self.theme_changed_signal.subscribe(self, self._remember_theme)
         for note in self.notes:
             self.notify(note, title="Config", severity="warning", timeout=15)
+
+    def on_unmount(self) -> None:
+        if self.tracing is not None:  # its screens closed it already, unless one was still starting it
+            self.tracing.close()
+        blocking.ui_thread(None)  # the run's undo (probes, the instance) runs on this thread next
+
+    async def on_event(self, event: events.Event) -> None:
+        """Keys one at a time (keys.py): each goes where the focus is once the one before has landed."""
+        if isinstance(event, events.Key) and not event.is_forwarded:
+            if not self._keys.take(event):
+                await self._keys.route(event)
+            return
+        await super().on_event(event)
 
     def notify(self, message: str, *, title: str = "", severity="information", timeout: float | None = None,
                markup: bool = True) -> None:
@@ -117,33 +136,73 @@ class KprobeTui(App):
         if problem:
             self.notify(problem, title="Config", severity="warning")
 
+    # --- navigation: screens post what they want, the app pushes and pops ------------------------------
+
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(self.screen))
 
-    def open_builder(self, function: str, line: int | None = None, kind: str = "entry",
-                     variable: str | None = None) -> None:
-        """The probe builder on ``function``; ``line`` (relative, as perf -L numbers it) makes a line probe,
-        else ``kind`` (entry or return) says which; ``variable`` is prefilled as an argument."""
-        self.push_screen(ProbeBuilderScreen(function, binary=str(self.binary.path) if self.binary else None,
-                                            sources=self.sources, line=line, variable=variable,
-                                            vmlinux=self.vmlinux, kind=kind,
+    def on_open_builder(self, message: OpenBuilder) -> None:
+        """The probe builder on a function (``line``: a line probe; else ``kind``; ``variable``: prefilled)."""
+        self.push_screen(ProbeBuilderScreen(message.function, binary=str(self.binary.path) if self.binary else None,
+                                            sources=self.sources, line=message.line, variable=message.variable,
+                                            vmlinux=self.vmlinux, kind=message.kind,
                                             lab_reason=self.access.reason if self.access.lab else None,
-                                            module=self._module_of(function),
-                                            catalog=self.catalog if self.binary is None else None))
+                                            module=self._module_of(message.function), catalog=self._kernel_catalog()))
+
+    def on_edit_probe(self, message: EditProbe) -> None:
+        """The builder prefilled from a probe's definition; its Create replaces that probe."""
+        screen = EditBuilder(message.event, message.target, sources=self.sources, vmlinux=self.vmlinux,
+                             catalog=self._kernel_catalog())
+        self.push_screen(screen)
+
+    def _kernel_catalog(self) -> Catalog | None:
+        return self.catalog if self.binary is None and isinstance(self.catalog, Catalog) else None
 
     def _module_of(self, function: str) -> str | None:
         """The kernel module a function is in (its source view and probes use the module's debug info)."""
         return (self.catalog.module(function) or None) if self.binary is None and self.catalog is not None else None
 
-    def tail(self, events: list[str]) -> None:
-        """The events screen on ``events`` (``group/event`` patterns; [] = every probe event)."""
+    def on_open_source(self, message: OpenSource) -> None:
+        function = message.function
+        if self.binary is not None:
+            target = DebugTarget(binary=str(self.binary.path), source_dir=self.source_dir)
+        else:
+            target = DebugTarget(vmlinux=self.vmlinux, source_dir=self.source_dir, module=self._module_of(function))
+        prototype = (lambda: self.catalog.function(function).prototype) if self.catalog is not None else None
+        self.push_screen(SourceScreen(target, source_function(function), symbol=function, prototype=prototype))
+
+    def on_show_events(self, message: ShowEvents) -> None:
+        """The events screen open below comes back up, recording ``patterns`` too; else a new one records them."""
+        shown = next((screen for screen in reversed(self.screen_stack)
+                      if isinstance(screen, EventsScreen) and screen.session is not None), None)
+        if shown is not None and self.tracing is not None:
+            if message.patterns:
+                self.tracing.add(message.patterns, failed=lambda exc: self.notify(str(exc), title="Cannot tail",
+                                                                                  severity="error"))
+            while self.screen is not shown:
+                self.pop_screen()
+            return
         try:
             tracefs = self.sources.tracing()
         except UserError as exc:
             self.notify(str(exc), title="Cannot tail", severity="error")
             return
-        self.push_screen(EventsScreen(events, tracefs))
+        self.push_screen(EventsScreen(message.patterns, tracefs))
+
+    def on_open_stats(self, message: OpenStats) -> None:
+        """The statistics view, or in lab mode the command an administrator runs (copied, OSC 52)."""
+        if self.access.lab:
+            command = handoff(message.request)
+            self.copy_to_clipboard(command)
+            self.notify(f"lab mode: {self.access.reason}. Copied for an administrator: {command}", title="Statistics",
+                        severity="warning", timeout=30)
+            return
+        self.push_screen(StatsScreen(message.request, self.sources))
+
+    def on_back(self, message: Back) -> None:
+        if len(self.screen_stack) > 2:  # the default screen, and the first of ours, stay
+            self.pop_screen()
 
     def action_list_probes(self) -> None:
         """The probes panel: every dynamic event on the system, ours marked, with hit counts."""
@@ -158,24 +217,7 @@ class KprobeTui(App):
 
     def action_tail_all(self) -> None:
         if not isinstance(self.screen, EventsScreen):
-            self.tail([])
-
-    def on_probe_builder_screen_created(self, message: ProbeBuilderScreen.Created) -> None:
-        self.tail(message.events)
-
-    def on_source_screen_probe_line(self, message: SourceScreen.ProbeLine) -> None:
-        self.open_builder(message.function, line=message.line, variable=message.variable)
-
-    def on_source_screen_probe_function(self, message: SourceScreen.ProbeFunction) -> None:
-        self.open_builder(message.function, kind=message.kind)
-
-    def open_source(self, function: str) -> None:
-        if self.binary is not None:
-            target = DebugTarget(binary=str(self.binary.path), source_dir=self.source_dir)
-        else:
-            target = DebugTarget(vmlinux=self.vmlinux, source_dir=self.source_dir, module=self._module_of(function))
-        prototype = (lambda: self.catalog.function(function).prototype) if self.catalog is not None else None
-        self.push_screen(SourceScreen(target, source_function(function), symbol=function, prototype=prototype))
+            self.post_message(ShowEvents([]))
 
 
 def run_app(args) -> int:

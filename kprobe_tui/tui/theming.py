@@ -19,6 +19,9 @@ from textual.theme import Theme
 from kprobe_tui import config
 
 HIGHLIGHT_BRIGHTNESS = 0.5  # a background brighter than this (on black) is a highlight: reverse it
+# The layout of every screen and widget. The app loads it, and so does each screen (CSS_PATH: read
+# once, whoever asks first), so a screen hosted alone by a bare Textual app (tests, benchmarks) looks the same.
+LAYOUT = config.themes_dir() / "default.tcss"
 
 
 @lru_cache(1024)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,11 +13,15 @@ from debuginfo_helpers import C_DIR, FUNCTIONS, LINE_SPECS, VAR_SPECS, VARIANTS,
 from kernel_debug import ensure_kernel_debug, ensure_module_debug, module_debug_files, skip_reason
 from separate_builds import Builds, build_all
 
+from kprobe_tui.debuginfo import scope
+
 
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path_factory, monkeypatch):
-    """Each test gets its own index cache, so no test depends on a user's ~/.cache or another test."""
+    """Each test gets its own index cache, so no test depends on a user's ~/.cache or another test; and
+    its own shared DebugInfos, so every test reads its files afresh."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+    monkeypatch.setattr(scope, "_shared", OrderedDict())
 
 
 @pytest.fixture(scope="session")

@@ -45,7 +45,7 @@ async def test_btf_only_flow_shows_the_file_name_that_cat_opens(tracefs, tmp_pat
         async with app.run_test(size=(100, 30)) as pilot:
             functions = app.screen.query_one(FunctionList)
             await until(pilot, lambda: functions.rows, "the function list is filled")
-            await pilot.press("slash", *FUNCTION, "enter")
+            await pilot.press("slash", *FUNCTION, "escape")
             for _ in range(5):  # __do_sys_openat2 and the like match too
                 if functions.current == FUNCTION:
                     break

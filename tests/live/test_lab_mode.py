@@ -234,7 +234,7 @@ def test_the_app_in_lab_mode_reads_everything_and_writes_nothing(lab_user, share
                     if functions.rows:
                         break
                     await pilot.pause(0.05)
-                await pilot.press("slash", *"add3", "enter", "p")
+                await pilot.press("slash", *"add3", "escape", "p")
                 builder = app.screen
                 assert isinstance(builder, ProbeBuilderScreen)
                 seen["buttons"] = [str(b.label) for b in builder.query(Button)]

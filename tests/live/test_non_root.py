@@ -119,7 +119,7 @@ def test_the_tuis_l_e_and_p_say_what_stops_the_user_and_the_builder_compiles(use
                     if functions.rows:
                         break
                     await pilot.pause(0.05)
-                await pilot.press("slash", *"work", "enter", "p")
+                await pilot.press("slash", *"work", "escape", "p")
                 builder = app.screen
                 seen["builder"] = isinstance(builder, ProbeBuilderScreen)
                 await pilot.pause()

@@ -206,14 +206,14 @@ async def catalog_loaded(pilot: Pilot) -> FunctionList:
 async def to_functions(pilot: Pilot) -> None:
     """Filtered to tcp_v4 functions, cursor moved: the detail pane explains one."""
     await catalog_loaded(pilot)
-    await pilot.press("slash", *"tcp_v4_", "enter", "down", "down")
+    await pilot.press("slash", *"tcp_v4_", "escape", "down", "down")
     await settled(pilot)
 
 
 async def to_source(pilot: Pilot) -> None:
     """count_ready's source, cursor on its third probeable line, its variables beside."""
     await catalog_loaded(pilot)
-    await pilot.press("slash", *"count_ready", "enter", "enter")
+    await pilot.press("slash", *"count_ready", "enter")  # enter in the filter opens the highlighted function
     await settled(pilot)
     await pilot.press("n", "n")
     await settled(pilot)
@@ -228,7 +228,7 @@ async def to_source_without_dwarf(pilot: Pilot) -> None:
                         f"(looked in /usr/lib/debug/boot/vmlinux-{SNAPSHOT_RELEASE})",
                         KERNEL_PACKAGE_HINT.format(r=SNAPSHOT_RELEASE))
     functions = pilot.app.screen.query_one(FunctionList)
-    await pilot.press("slash", *"do_sys_openat2*", "enter")  # a wildcard anchors: not __do_sys_openat2
+    await pilot.press("slash", *"do_sys_openat2*", "escape")  # a wildcard anchors: not __do_sys_openat2
     assert functions.current == "do_sys_openat2", functions.current
     with mock.patch.object(DebugTarget, "open", side_effect=missing):
         await pilot.press("enter")
@@ -239,7 +239,7 @@ async def to_download(pilot: Pilot) -> None:
     """count_ready's source view while its debug info downloads, the server stalled halfway. The server's
     port, the rate and the time left change from run to run: the picture shows that report with these fixed."""
     await catalog_loaded(pilot)
-    await pilot.press("slash", *"count_ready", "enter", "enter")
+    await pilot.press("slash", *"count_ready", "enter")
     bar = pilot.app.screen.query_one(DownloadBar)
     await until(pilot, lambda: bar.report is not None and bar.report.total, "the download starts")
     first = bar.report
@@ -253,7 +253,7 @@ async def to_download(pilot: Pilot) -> None:
 async def to_builder(pilot: Pilot) -> None:
     """A uprobe on work() capturing a member through a pointer and an argument."""
     await catalog_loaded(pilot)
-    await pilot.press("slash", *"work", "enter", "p")
+    await pilot.press("slash", *"work", "escape", "p")
     await settled(pilot)
     await pilot.press(*"rec->id n")
     await settled(pilot)
@@ -262,7 +262,7 @@ async def to_builder(pilot: Pilot) -> None:
 async def to_builder_tree(pilot: Pilot) -> None:
     """The variables tree: rec expanded, two of its members and n ticked, id read as u8."""
     await catalog_loaded(pilot)
-    await pilot.press("slash", *"work", "enter", "p")
+    await pilot.press("slash", *"work", "escape", "p")
     await settled(pilot)
     tree = pilot.app.screen.query_one(VariableTree)
     await until(pilot, lambda: tree.root.children, "the variables load")

@@ -31,7 +31,7 @@ async def test_typing_filters_and_counts_matches():
         expected = [name for name in app.catalog.names if "vfs_rea" in name]
         assert functions.rows == expected
         assert str(app.screen.query_one("#filter-info").render()) == f"substring · {len(expected):,}/{total:,}"
-        await pilot.press("d", "enter")  # back to the list
+        await pilot.press("d", "escape")  # back to the list, the filter kept
         assert functions.has_focus
         assert "vfs_read" in functions.rows
 
@@ -53,7 +53,7 @@ async def test_keyboard_and_mouse_move_the_cursor_and_the_detail_follows():
     app = KprobeTui(locate())
     async with app.run_test(size=(80, 24)) as pilot:
         functions = await _loaded(pilot)
-        await pilot.press("slash", *"vfs_", "enter")
+        await pilot.press("slash", *"vfs_", "escape")
         await pilot.press("down", "down")
         assert functions.cursor == 2
         assert _detail(app).startswith(functions.rows[2])
@@ -70,7 +70,7 @@ async def test_detail_explains_an_ambiguous_function():
     async with app.run_test(size=(100, 30)) as pilot:
         functions = await _loaded(pilot)
         ambiguous = next(name for name in app.catalog.names if app.catalog.status(name) is Status.AMBIGUOUS)
-        await pilot.press("slash", *ambiguous, "enter")
+        await pilot.press("slash", *ambiguous, "escape")
         functions.action_jump(functions.rows.index(ambiguous))
         await pilot.pause()
         detail = _detail(app)
@@ -91,7 +91,7 @@ async def test_detail_explains_a_blacklisted_function():
     app = _app_on_snapshot()
     async with app.run_test(size=(80, 24)) as pilot:
         functions = await _loaded(pilot)
-        await pilot.press("slash", *"do_int3", "enter")
+        await pilot.press("slash", *"do_int3", "escape")
         assert functions.current == "do_int3"
         for _ in range(100):  # prototypes arrive once BTF is loaded in the background
             if app.catalog.details_ready:
@@ -118,10 +118,11 @@ async def test_enter_opens_the_source_of_a_user_function(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     binary = tmp_path / "probed"
     subprocess.run(["gcc", "-O2", "-gdwarf-5", "-I", str(c_dir), "-o", str(binary), str(c_dir / "probed.c")], check=True)
+    expected = find_line_range(open_debuginfo(binary=str(binary)), LineSpec.parse("count_ready"))
     app = KprobeTui(locate(), BinaryCatalog(str(binary)))
     async with app.run_test(size=(100, 30)) as pilot:
         functions = await _loaded(pilot)
-        await pilot.press("slash", *"count_ready", "enter")
+        await pilot.press("slash", *"count_ready", "escape")
         assert functions.current == "count_ready.constprop.0"  # gcc -O2 left only a clone
         await pilot.press("enter")  # a clone opens the source of the function it was made from
         screen = app.screen
@@ -129,7 +130,6 @@ async def test_enter_opens_the_source_of_a_user_function(tmp_path, monkeypatch):
         for _ in range(3):
             await app.workers.wait_for_complete()
             await pilot.pause()
-        expected = find_line_range(open_debuginfo(binary=str(binary)), LineSpec.parse("count_ready"))
         assert screen.query_one(SourceView).probeable == set(expected.lines)
         # Enter on a probeable line: the builder, set up for a line probe numbered as perf -L numbers it
         await pilot.press("n")  # the second probeable line

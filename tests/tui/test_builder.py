@@ -18,6 +18,7 @@ from rich.style import Style
 from textual.app import App
 from textual.geometry import Region
 
+from kprobe_tui import blocking
 from kprobe_tui.cli import build_parser
 from kprobe_tui.cli import main as cli_main
 from kprobe_tui.kernel import lifetime
@@ -30,6 +31,7 @@ from kprobe_tui.probes.compile import compile_spec
 from kprobe_tui.probes.render import bpftrace_oneliner, perf_command
 from kprobe_tui.probes.spec import DEFAULT_PERSISTENT_GROUP, parse_spec
 from kprobe_tui.tui.app import KprobeTui
+from kprobe_tui.tui.navigation import ShowEvents
 from kprobe_tui.tui.screens.builder import ProbeBuilderScreen
 from kprobe_tui.tui.screens.events import EventsScreen
 from kprobe_tui.tui.widgets.function_list import FunctionList
@@ -63,7 +65,7 @@ async def open_builder(pilot, function: str) -> ProbeBuilderScreen:
         if functions.rows:
             break
         await pilot.pause(0.05)
-    await pilot.press("slash", *function, "enter")
+    await pilot.press("slash", *function, "escape")
     assert functions.current == function
     await pilot.press("p")
     builder = pilot.app.screen
@@ -73,18 +75,23 @@ async def open_builder(pilot, function: str) -> ProbeBuilderScreen:
 
 
 async def settled(pilot) -> None:
-    """Wait for the debounced recompile to land in the preview."""
-    await pilot.pause()  # the Changed messages start the workers
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
+    """Wait for the debounced recompile (or Create) to land, and for what its answer started."""
+    for _ in range(5):
+        await pilot.pause()  # the Changed messages start the workers
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+        if not any(worker.is_running for worker in pilot.app.workers):
+            return
 
 
 def expected(binary: Path, *words: str, user_filter: str = "", taken=()):
-    """The spec and probes the builder should show, made directly from the cores."""
+    """The spec and probes the builder should show, made directly from the cores (by the test, on the
+    app's thread: knowingly)."""
     group = lifetime.run_name()
     spec = parse_spec(list(words), binary=str(binary), group=group)
     spec = replace(spec, filter=guard.combine_filters(user_filter, guard.advise(spec).filter))
-    return spec, compile_spec(spec, group, taken)
+    with blocking.knowingly():
+        return spec, compile_spec(spec, group, taken)
 
 
 async def test_preview_equals_the_compiler_and_the_renderers(prog):
@@ -131,8 +138,8 @@ async def test_create_makes_a_run_scoped_uprobe_that_fires_and_goes_with_the_run
     created: dict[int, list[str]] = {}  # the hook sees the message at each node it bubbles through
 
     def hook(message) -> None:
-        if isinstance(message, ProbeBuilderScreen.Created):
-            created[id(message)] = message.events
+        if isinstance(message, ShowEvents):
+            created[id(message)] = message.patterns
 
     try:
         app = app_for(prog)
@@ -141,6 +148,7 @@ async def test_create_makes_a_run_scoped_uprobe_that_fires_and_goes_with_the_run
             await pilot.press(*"rec->id n")
             await settled(pilot)
             await pilot.press("ctrl+s")
+            await until(pilot, lambda: created, "Create answers (it runs in a worker)")
             await pilot.pause()
             assert list(created.values()) == [[f"{group}/work"]]
             [line] = [line for line in uprobes_on(tracefs_root, prog) if line not in before]
@@ -152,6 +160,7 @@ async def test_create_makes_a_run_scoped_uprobe_that_fires_and_goes_with_the_run
             assert "created" in str(builder.query_one("#status").render())
             events_screen = app.screen
             assert isinstance(events_screen, EventsScreen)
+            await until(pilot, lambda: events_screen.session is not None, "the events screen records")
             instance_dir = f"instances/{group}/events/{group}/work"
             assert top.read(f"{instance_dir}/enable").strip() == "1"
             others = [tid for tid in events_screen.session.instance.excluded_threads if tid != os.getpid()]
@@ -184,7 +193,7 @@ async def test_pin_keeps_the_probe_in_the_persistent_group(prog, tracefs_root):
         async with app.run_test(size=(80, 24)) as pilot:
             builder = await open_builder(pilot, "helper")
             await pilot.press("ctrl+g")
-            await pilot.pause()
+            await settled(pilot)  # Create runs in a worker
             [name] = builder.created
             assert name.startswith(f"{DEFAULT_PERSISTENT_GROUP}/helper")
         lifetime.undo.run_all()  # the run ends: a pinned probe stays
@@ -210,7 +219,7 @@ async def test_bad_argument_names_the_token_and_creates_nothing(prog, tracefs_ro
         assert preview.lines()[0] == ("error", "rec->bogus: struct rec has no member 'bogus'")
         assert ("hint", "its members: flags, id, name") in preview.lines()
         await pilot.press("ctrl+s")
-        await pilot.pause()
+        await settled(pilot)  # Create runs in a worker
         assert str(builder.query_one("#status").render()).startswith("not created: rec->bogus")
         await pilot.press("ctrl+a", "ctrl+k", *"n 'x")  # an unclosed quote is an error too, not a traceback
         await settled(pilot)
@@ -250,12 +259,12 @@ async def test_ssh_output_path_warning_needs_a_second_confirm(monkeypatch):
         warnings = [text for label, text in builder.preview.lines() if label == "warning"]
         assert warnings and "tcp_sendmsg is on the path your terminal output takes over SSH" in warnings[0]
         await pilot.press("ctrl+s")
-        await pilot.pause()
+        await settled(pilot)  # Create runs in a worker
         assert "press Create again" in str(builder.query_one("#status").render())
         assert builder.created == []
         try:
             await pilot.press("ctrl+s")  # confirmed: now it goes to the kernel
-            await pilot.pause()
+            await settled(pilot)  # Create runs in a worker
             if (locate().tracefs / "kprobe_events").exists():
                 assert builder.created == [f"{lifetime.run_name()}/tcp_sendmsg"]
             else:
@@ -282,7 +291,8 @@ async def test_p_on_a_kernel_function_builds_a_kprobe_from_btf():
         spec = parse_spec(["vfs_read", "count", "buf"], group=group)
         spec = replace(spec, filter=guard.advise(spec).filter)
         readme = (sources.tracefs / "README").read_text()
-        [probe] = compile_spec(spec, group, readme=readme, btf_path=sources.btf_vmlinux)
+        with blocking.knowingly():
+            [probe] = compile_spec(spec, group, readme=readme, btf_path=sources.btf_vmlinux)
         assert [p.definition() for p in builder.preview.probes] == [probe.definition()]
         assert probe.control_file == "kprobe_events" and probe.definition().startswith(f"p:{group}/vfs_read vfs_read+0 ")
         # no DWARF for the kernel here: the tree is the BTF prototype, and typing ticked what it names
@@ -359,9 +369,10 @@ async def test_ticking_a_param_and_a_member_with_a_type_override_captures_the_ri
             await settled(pilot)
             assert tree.ticked["n"] is None
             await pilot.press("ctrl+s")
-            await pilot.pause()
+            await settled(pilot)  # Create runs in a worker
             events_screen = app.screen
             assert isinstance(events_screen, EventsScreen)
+            await until(pilot, lambda: events_screen.session is not None, "the events screen records")
             await asyncio.to_thread(subprocess.run, [str(prog), "2"], check=True, capture_output=True)
             await until(pilot, lambda: len(events_screen.store) >= 2, "two events")
             bodies = [event.body for event in events_screen.store.view_rows(0, 2)]
@@ -464,7 +475,7 @@ async def test_kernel_refusal_shows_the_error_log_with_its_caret_token_marked(pr
             await settled(pilot)
             assert builder.preview.error is None
             await pilot.press("ctrl+s")
-            await pilot.pause()
+            await settled(pilot)  # Create runs in a worker
             assert builder.created == []
             preview = builder.preview
             assert preview.error.message == "the kernel refused it: trace_uprobe: Unknown type is specified"
@@ -497,7 +508,7 @@ async def test_lab_mode_hands_the_probe_to_an_administrator_and_writes_nothing(p
         assert f"echo '{probe.definition()}' | sudo sh -c 'cat >> /sys/kernel/tracing/uprobe_events'" in admin
         assert any("chgrp -R perf /sys/kernel/tracing" in line for line in admin)
         await pilot.press("ctrl+s")
-        await pilot.pause()
+        await settled(pilot)  # Create runs in a worker
         assert pilot.app.clipboard == "\n".join(admin)
         assert "for an administrator" in str(builder.query_one("#status").render())
     assert uprobes_on(tracefs_root, prog) == before

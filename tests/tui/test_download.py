@@ -45,7 +45,7 @@ def stripped(tmp_path, monkeypatch) -> tuple[Path, bytes, str]:
 async def open_source(pilot, function: str) -> SourceScreen:
     functions = pilot.app.screen.query_one(FunctionList)
     await until(pilot, lambda: functions.rows, "the function list loads")
-    await pilot.press("slash", *function, "enter", "enter")
+    await pilot.press("slash", *function, "enter")
     await until(pilot, lambda: isinstance(pilot.app.screen, SourceScreen), "the source view opens")
     return pilot.app.screen
 

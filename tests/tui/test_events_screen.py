@@ -54,6 +54,7 @@ async def test_follow_filter_detail_and_pause(probed, tracefs_root, tmp_path):  
     app = Host(screen)
     async with app.run_test(size=(100, 30)) as pilot:
         store, table = screen.store, screen.query_one(EventTable)
+        await wait_for(pilot, lambda: screen.session is not None)  # the session starts in a worker
         run(binary, 8)
         await wait_for(pilot, lambda: table.cursor == 7)
         assert table.following and "following" in status(app)
@@ -67,6 +68,7 @@ async def test_follow_filter_detail_and_pause(probed, tracefs_root, tmp_path):  
         assert table.following and table.cursor == 15 and "following" in status(app)
 
         await pilot.press("slash", *"n >= 104 && s ~ \"*a*\"", "enter")
+        await wait_for(pilot, lambda: "kernel:" in str(screen.query_one("#filter-side").render()))
         assert [ev.args["n"] for ev in store.view_rows(0, 99)] == [104, 105, 106, 104, 105, 106]
         assert f"kernel: {GROUP}/hit" in str(screen.query_one("#filter-side").render())
         instance = tracefs_root / f"instances/{screen.session.instance.name}"
@@ -76,6 +78,7 @@ async def test_follow_filter_detail_and_pause(probed, tracefs_root, tmp_path):  
         assert (instance / f"events/{GROUP}/hit/filter").read_text().strip() == own + ' && ((n >= 104 && s ~ "*a*"))'
 
         await pilot.press("slash", "ctrl+a", "ctrl+k", *"n >> 3", "enter")
+        await wait_for(pilot, lambda: screen.query_one("#filter-error").has_class("shown"))
         error = str(screen.query_one("#filter-error").render())
         assert "expected a number or a quoted string" in error and error.splitlines()[2] == "   ^"
         assert store.view_len() == 6  # the old filter stays
@@ -85,18 +88,22 @@ async def test_follow_filter_detail_and_pause(probed, tracefs_root, tmp_path):  
         assert "n = 104" in detail and "s = alpha" in detail and "arr = {4,-4,12,42}" in detail
 
         await pilot.press("p")
-        assert (instance / "tracing_on").read_text().strip() == "0" and "PAUSED" in status(app)
+        await wait_for(pilot, lambda: "PAUSED" in status(app))
+        assert (instance / "tracing_on").read_text().strip() == "0"
         run(binary, 4)
         await pilot.pause(0.2)
         assert store.total == 16
         await pilot.press("p")
+        await wait_for(pilot, lambda: "PAUSED" not in status(app))
         assert (instance / "tracing_on").read_text().strip() == "1"
 
         await pilot.press("x")
+        await wait_for(pilot, lambda: list(tmp_path.glob("kprobe-tui-events-*.jsonl")))
         exported = list(tmp_path.glob("kprobe-tui-events-*.jsonl"))
         assert len(exported) == 1 and len(exported[0].read_text().splitlines()) == 6
 
         await pilot.press("s")  # kernel stacks on, for new events
+        await wait_for(pilot, lambda: screen.session.stacktrace)
         assert (instance / "options/stacktrace").read_text().strip() == "1"
         run(binary, 5)
         await wait_for(pilot, lambda: store.view_len() == 7)
@@ -116,6 +123,7 @@ async def test_flood_stays_responsive_with_lost_monotonic_and_memory_bounded(pro
     app = Host(screen)
     process = psutil.Process()
     async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: screen.session is not None)  # the session starts in a worker
         screen.session.instance.tracefs.write("buffer_size_kb", "64", append=False)
         table = screen.query_one(EventTable)
         rss_before = process.memory_info().rss
@@ -126,7 +134,7 @@ async def test_flood_stays_responsive_with_lost_monotonic_and_memory_bounded(pro
             while flood.poll() is None:
                 await pilot.press("p")  # each key must take effect while events pour in
                 pauses += 1
-                assert screen.session.paused == (pauses % 2 == 1)
+                await wait_for(pilot, lambda: screen.session.paused == (pauses % 2 == 1))
                 await pilot.press("up")
                 assert not table.following
                 await pilot.press("end")
@@ -137,6 +145,7 @@ async def test_flood_stays_responsive_with_lost_monotonic_and_memory_bounded(pro
             flood.wait()
         if screen.session.paused:
             await pilot.press("p")
+            await wait_for(pilot, lambda: not screen.session.paused)
         await wait_for(pilot, lambda: screen.store.total > 0)
         lost_seen.append(screen.lost)
         assert pauses >= 2 and lost_seen == sorted(lost_seen)
@@ -151,7 +160,7 @@ async def test_an_event_that_does_not_exist_is_reported_not_fatal(tracefs_root):
     screen = EventsScreen(["kptailtest_nosuch/none"], Tracefs(tracefs_root))
     app = Host(screen)
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.pause()
+        await wait_for(pilot, lambda: not screen.starting)  # the session starts (or not) in a worker
         assert screen.session is None and "stopped" in status(app)
         assert any("no probe event matches 'kptailtest_nosuch/none'" in n.message for n in app._notifications)
         await pilot.press("p", "slash", *'n == 1', "enter")  # still usable
@@ -180,3 +189,22 @@ async def test_replay_filter_and_one_column_per_argument():
         await pilot.press("home")
         assert table.render_line(1).text.split()[:7] == ["+0.000009", "1", "a-b", "c", "8189", "ev", "100"]
 
+
+
+async def test_t_repaints_every_row_in_the_other_time_mode_and_end_follows_again():
+    """The table's time mode and following are reactives: changing one repaints the rows (t) or tells
+    the screen (following: the status line), with no call to refresh or post by hand."""
+    app = replay_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = app.screen
+        table = screen.query_one(EventTable)
+        first = screen.store.view_row(0)
+        absolute = f"{first.ts:12.6f}".strip()
+        assert absolute not in app.export_screenshot()  # relative times at first
+        await pilot.press("t")
+        await pilot.pause()
+        assert table.absolute_time and absolute in app.export_screenshot()
+        await pilot.press("home")
+        assert not table.following and "new (End: follow)" in status(app)
+        await pilot.press("end")
+        assert table.following and "following" in status(app)

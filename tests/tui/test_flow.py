@@ -121,7 +121,7 @@ async def test_filter_source_click_build_create_see_values_back_delete_quit(prog
             await until(pilot, lambda: functions.rows, "the function list is filled")
             while functions_screen.mode != "fuzzy":
                 await pilot.press("ctrl+t")
-            await pilot.press("slash", *"prc_ordr", "enter")
+            await pilot.press("slash", *"prc_ordr", "escape")
             assert functions.current == "price_order"
 
             # Enter: the source view, probeable lines numbered as perf -L
@@ -158,9 +158,10 @@ async def test_filter_source_click_build_create_see_values_back_delete_quit(prog
             assert builder.query_one("#args").value == "cost o->id"
             await until(pilot, lambda: builder.preview is not None and builder.preview.error is None
                         and " id=" in builder.preview.probes[0].definition(), "the preview compiles")
-            await pilot.press("ctrl+s")
+            await pilot.press("ctrl+s")  # created in a worker; the events screen then records in another
+            await until(pilot, lambda: isinstance(app.screen, EventsScreen) and app.screen.session is not None,
+                        "the events screen records")
             events_screen = app.screen
-            assert isinstance(events_screen, EventsScreen)
             event_name = f"price_order_L{relative}"  # a line probe's name says which line
             assert builder.created == [f"{group}/{event_name}"]
             assert any(line.startswith(f"p:{group}/{event_name} ") for line in uprobes_on(tracefs_root, prog))
@@ -175,7 +176,8 @@ async def test_filter_source_click_build_create_see_values_back_delete_quit(prog
             # back: each screen as it was left
             await pilot.press("escape")
             assert app.screen is builder
-            assert not (tracefs_root / "instances" / group).exists()  # the events screen took its instance along
+            await until(pilot, lambda: not (tracefs_root / "instances" / group).exists(),
+                        "the events screen takes its instance along (in a worker)")
             await pilot.press("escape")
             assert app.screen is source and view.cursor == target
             assert source.query_one(SourceView) is view and view.probeable

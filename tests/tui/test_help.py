@@ -87,7 +87,7 @@ async def test_palette_lists_and_runs_the_screens_actions(tmp_path):
     app = kernel_app()
     async with app.run_test(size=(100, 30)) as pilot:
         functions = await catalog_loaded(pilot)
-        await pilot.press("slash", *"tcp_v4_", "enter")
+        await pilot.press("slash", *"tcp_v4_", "escape")
         await pilot.press("ctrl+p")
         await pilot.press(*"Match mode")
         await pilot.pause(0.3)  # the palette searches its providers in a worker

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import DataTable
 
+from kprobe_tui import blocking
 from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.events import Events
 from kprobe_tui.kernel.sources import locate
@@ -23,7 +24,8 @@ from kprobe_tui.probes.binary import BinaryCatalog
 from kprobe_tui.probes.symbols import ElfSymbols
 from kprobe_tui.tui.app import KprobeTui
 from kprobe_tui.tui.screens.events import EventsScreen
-from kprobe_tui.tui.screens.probes import EditBuilder, ProbesScreen
+from kprobe_tui.tui.screens.builder import EditBuilder
+from kprobe_tui.tui.screens.probes import ProbesScreen
 from tests.tui.uprobes import uprobes_on
 
 pytestmark = pytest.mark.live
@@ -106,13 +108,15 @@ async def test_others_need_a_second_press_ours_switch_on_off_and_count_hits(prob
         assert "someone else" in str(panel.query_one("#detail").render())
 
         top = Tracefs(tracefs_root)
-        top.write(f"events/{OTHER}/add3/enable", "1", append=False)  # as its owner would
+        with blocking.knowingly():  # the test, on the app's thread
+            top.write(f"events/{OTHER}/add3/enable", "1", append=False)  # as its owner would
         await wait_for(pilot, lambda: cell(panel, f"{OTHER}/add3", "on") == "top")
         await pilot.press("d")  # someone else's: refused, with what to press to insist
         assert message(panel) == (f"this probe belongs to group {OTHER}, made by someone else; "
                                   "press d again to delete it anyway")
         assert any(f"{OTHER}/add3" in line for line in uprobes_on(tracefs_root, prog))
         await pilot.press("d")
+        await wait_for(pilot, lambda: message(panel).startswith("deleted"))  # in a worker
         assert message(panel) == f"deleted {OTHER}/add3"  # switched off in the top buffer first
         assert not any(f"{OTHER}/add3" in line for line in uprobes_on(tracefs_root, prog))
         await wait_for(pilot, lambda: f"{OTHER}/add3" not in panel.shown)
@@ -120,9 +124,11 @@ async def test_others_need_a_second_press_ours_switch_on_off_and_count_hits(prob
         # Ours: nothing records yet, so switching it on tails it in this run's instance.
         await select(pilot, panel, mine)
         await pilot.press("space")
-        assert isinstance(app.screen, EventsScreen)
+        await wait_for(pilot, lambda: isinstance(app.screen, EventsScreen) and app.screen.session is not None)
         enable = tracefs_root / f"instances/{lifetime.run_name()}/events/{mine}/enable"
         assert enable.read_text().strip() == "1"
+        instance = app.tracing.session.instance  # the run's session: the app's, that every screen asks
+        assert tuple(mine.split("/")) in instance.enabled
         panel = await open_panel(pilot)
         await select(pilot, panel, mine)
         await wait_for(pilot, lambda: cell(panel, mine, "on") == "run")
@@ -130,17 +136,22 @@ async def test_others_need_a_second_press_ours_switch_on_off_and_count_hits(prob
             await asyncio.to_thread(subprocess.run, [str(prog), str(calls)], check=True, capture_output=True)
         await wait_for(pilot, lambda: cell(panel, mine, "hits") == "3")
         await pilot.press("space")
-        assert enable.read_text().strip() == "0"
         await wait_for(pilot, lambda: cell(panel, mine, "on") == "off")
+        assert enable.read_text().strip() == "0"
+        assert tuple(mine.split("/")) not in instance.enabled  # what the instance says is on stays right
         await pilot.press("space")
-        assert enable.read_text().strip() == "1"
+        await wait_for(pilot, lambda: cell(panel, mine, "on") == "run")
+        assert enable.read_text().strip() == "1" and tuple(mine.split("/")) in instance.enabled
 
-        await pilot.press("d")  # ours: at once, disabled in our instance first
+        await pilot.press("d")  # ours: disabled in our instance first
+        await wait_for(pilot, lambda: message(panel).startswith("deleted"))
         assert message(panel) == f"deleted {mine}"
+        assert tuple(mine.split("/")) not in instance.enabled
         assert uprobes_on(tracefs_root, prog) == []
         assert not enable.exists()
         await pilot.press("e")  # back to the events screen that records, not a second one
-        assert isinstance(app.screen, EventsScreen) and app.screen.session is not None
+        await wait_for(pilot, lambda: isinstance(app.screen, EventsScreen))
+        assert app.screen.session is not None and sum(isinstance(s, EventsScreen) for s in app.screen_stack) == 1
 
 
 async def test_edit_recreates_ours_through_the_builder(probes, tracefs_root):
@@ -151,6 +162,7 @@ async def test_edit_recreates_ours_through_the_builder(probes, tracefs_root):
         panel = await open_panel(pilot)
         await select(pilot, panel, mine)
         await pilot.press("b")
+        await wait_for(pilot, lambda: isinstance(app.screen, EditBuilder))  # its definition read in a worker
         builder = app.screen
         assert isinstance(builder, EditBuilder)
         assert (builder.function, builder.binary, builder.initial_kind) == ("negate", str(prog), "entry")

@@ -20,6 +20,7 @@ from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.catalog import Catalog
 from kprobe_tui.kernel.sources import locate
 from kprobe_tui.probes.binary import BinaryCatalog
+from kprobe_tui.tui.navigation import OpenBuilder
 from kprobe_tui.tui.screens.source import DebugTarget, SourceScreen
 from kprobe_tui.tui.widgets.source_view import SourceView
 
@@ -105,10 +106,7 @@ class Recorder(SourceApp):
         super().__init__(screen)
         self.requests: list[Message] = []
 
-    def on_source_screen_probe_line(self, message: SourceScreen.ProbeLine) -> None:
-        self.requests.append(message)
-
-    def on_source_screen_probe_function(self, message: SourceScreen.ProbeFunction) -> None:
+    def on_open_builder(self, message: OpenBuilder) -> None:
         self.requests.append(message)
 
 

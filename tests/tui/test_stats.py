@@ -22,6 +22,7 @@ from kprobe_tui.kernel.tracefs import Tracefs
 from kprobe_tui.probes.binary import BinaryCatalog
 from kprobe_tui.probes.symbols import ElfSymbols
 from kprobe_tui.tui.app import KprobeTui
+from kprobe_tui.tui.navigation import ShowEvents
 from kprobe_tui.tui.screens.probes import ProbesScreen
 from kprobe_tui.tui.screens.stats import StatsRequest, StatsScreen
 from kprobe_tui.tui.widgets.function_list import FunctionList
@@ -140,8 +141,8 @@ async def test_from_the_events_screen_the_probe_being_tailed(work_probe):
 
     app = KprobeTui(locate(), BinaryCatalog(str(work_probe)))
     async with app.run_test(size=(80, 24)) as pilot:
-        app.tail([f"{ADMIN}/work"])
-        await pilot.pause()
+        app.post_message(ShowEvents([f"{ADMIN}/work"]))
+        await until(pilot, lambda: isinstance(app.screen, EventsScreen), "the events screen opens")
         events = app.screen
         assert isinstance(events, EventsScreen)
         await pilot.press("a")
@@ -187,7 +188,7 @@ async def test_latency_from_the_function_browser_lands_in_its_log2_bucket(progra
     async with app.run_test(size=(80, 24)) as pilot:
         functions = app.screen.query_one(FunctionList)
         await until(pilot, lambda: functions.rows, "the function list loads")
-        await pilot.press("slash", *"nap", "enter")
+        await pilot.press("slash", *"nap", "escape")  # escape: back to the list, the filter kept
         assert functions.current == "nap"
         await pilot.press("L")
         screen = await running(pilot)
@@ -206,7 +207,7 @@ async def test_count_calls_of_the_filter_glob_per_function(program, clean):
     async with app.run_test(size=(80, 24)) as pilot:
         functions = app.screen.query_one(FunctionList)
         await until(pilot, lambda: functions.rows, "the function list loads")
-        await pilot.press("slash", *"wor", "enter", "c")
+        await pilot.press("slash", *"wor", "escape", "c")
         screen = await running(pilot)
         assert screen.request.spec == ("*wor*",) and screen.request.key == "probe"
         assert screen.choice.engine == "kernel" and screen.choice.method == "profile"
@@ -224,7 +225,7 @@ async def test_lab_mode_offers_the_command_for_an_administrator(program, clean):
     async with app.run_test(size=(80, 24)) as pilot:
         functions = app.screen.query_one(FunctionList)
         await until(pilot, lambda: functions.rows, "the function list loads")
-        await pilot.press("slash", *"nap", "enter", "L")
+        await pilot.press("slash", *"nap", "escape", "L")
         assert not isinstance(app.screen, StatsScreen)
         assert shlex.split(app.clipboard) == ["sudo", "kprobe-tui", "latency", "-x", str(program), "nap"]
         await pilot.press("c")

@@ -23,6 +23,7 @@ from kprobe_tui.kernel.tracefs import Tracefs
 from kprobe_tui.probes.binary import BinaryCatalog
 from kprobe_tui.probes.symbols import ElfSymbols
 from kprobe_tui.tui.app import KprobeTui
+from kprobe_tui.tui.navigation import ShowEvents
 from kprobe_tui.tui.screens.builder import ProbeBuilderScreen
 from kprobe_tui.tui.screens.events import EventsScreen
 from kprobe_tui.tui.screens.source import SourceScreen
@@ -125,9 +126,9 @@ async def test_the_events_screen_shows_captured_escapes_and_markup_as_text(hosti
     app = KprobeTui(locate(mount=False), BinaryCatalog(hostile))
     try:
         async with app.run_test(size=(120, 36)) as pilot:
-            app.tail([f"{GROUP}/shout"])
+            app.post_message(ShowEvents([f"{GROUP}/shout"]))
+            await until(pilot, lambda: isinstance(app.screen, EventsScreen), "the events screen")
             events = app.screen
-            assert isinstance(events, EventsScreen)
             await until(pilot, lambda: events.session is not None and events.session.reader is not None, "recording")
             await asyncio.to_thread(subprocess.run, [str(hostile)], check=True, capture_output=True)
             await until(pilot, lambda: len(events.store) == 3, "three events")

@@ -1,7 +1,7 @@
 """The probe builder: one function, a kind, what to capture and a filter; what it compiles to, live.
 
-Every change schedules a recompile off the UI thread (debounced, the newest request wins), so
-DWARF lookups never block typing. The variables at the probe point are a tree with checkboxes;
+Every change schedules a recompile in a worker (debounced, the newest request wins: work.py), so
+DWARF lookups never block typing; Create and Pin make the probes in a worker too, in order. The variables at the probe point are a tree with checkboxes;
 the Args input is the single truth about what is captured: ticking a node appends its expression
 (``rec->name:string``) to Args, unticking removes that word, a type override (``t``) rewrites
 it as ``expr:type``, and a node shows ticked exactly when its expression is a word of Args (so
@@ -13,17 +13,15 @@ In lab mode (no write access to tracefs) Create becomes "Copy for admin".
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
-from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, ClassVar
+from functools import partial
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.message import Message
 from textual.screen import Screen
 from textual.suggester import Suggester
 from textual.widgets import Button, Footer, Header, Input, Select, Static, Tree
@@ -31,8 +29,10 @@ from textual.widgets import Button, Footer, Header, Input, Select, Static, Tree
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import capabilities, lifetime
 from kprobe_tui.kernel.sources import KernelSources
+from kprobe_tui.kernel.events import DynamicEvent
 from kprobe_tui.probes import pipeline
 from kprobe_tui.probes.capture import VariableNode, children
+from kprobe_tui.probes.edit import EditTarget
 from kprobe_tui.probes.form import (
     KINDS,
     BuildRequest,
@@ -46,19 +46,18 @@ from kprobe_tui.probes.form import (
 )
 from kprobe_tui.probes.spec import DEFAULT_PERSISTENT_GROUP
 from kprobe_tui.stream.filterexpr import COMMON_FIELDS
+from kprobe_tui.tui.navigation import ShowEvents
 from kprobe_tui.tui.plain import plain
+from kprobe_tui.tui.theming import LAYOUT
 from kprobe_tui.tui.widgets.probe_preview import ProbePreview
 from kprobe_tui.tui.widgets.variable_tree import VariableTree
+from kprobe_tui.tui.work import Background
 
 if TYPE_CHECKING:
     from kprobe_tui.kernel.catalog import Catalog
 
 DEBOUNCE_SECONDS = 0.15
 WIDE_COLUMNS = 120  # from here the tree and the preview sit side by side
-
-# Every compile runs on this one thread: pyelftools reads through shared stream positions, so
-# two DWARF questions about one file must never run at once.
-_COMPILER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kprobe-tui-compile")
 
 
 class FieldSuggester(Suggester):
@@ -80,32 +79,9 @@ class FieldSuggester(Suggester):
 class ProbeBuilderScreen(Screen):
     """Build a probe on ``function`` (of ``binary`` with -x, else the kernel)."""
 
+    CSS_PATH = LAYOUT
     HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (WIDE_COLUMNS, "-wide")]
-    DEFAULT_CSS = """
-    ProbeBuilderScreen #target {
-        height: 1; padding: 0 1; background: $panel; text-wrap: nowrap; text-overflow: ellipsis;
-    }
-    ProbeBuilderScreen #lab { height: auto; padding: 0 1; color: $warning; }
-    ProbeBuilderScreen .row { height: 1; }
-    ProbeBuilderScreen .label { width: 9; padding: 0 0 0 1; color: $accent; }
-    ProbeBuilderScreen .label.inner { width: 7; padding: 0 1; }
-    ProbeBuilderScreen #kind { width: 16; }
-    ProbeBuilderScreen #number { width: 12; margin-left: 1; }
-    ProbeBuilderScreen #number-help { width: 1fr; padding: 0 1; color: $text-muted; text-wrap: nowrap; text-overflow: ellipsis; }
-    ProbeBuilderScreen Input { width: 1fr; }
-    ProbeBuilderScreen #work { height: 1fr; margin-top: 1; }
-    ProbeBuilderScreen #tree-pane { height: 1fr; }
-    ProbeBuilderScreen #tree-note { height: auto; padding: 0 1; color: $text-muted; }
-    ProbeBuilderScreen #tree-note.-empty { display: none; }
-    ProbeBuilderScreen #preview-box { height: auto; max-height: 8; border-top: solid $primary 40%; }
-    ProbeBuilderScreen.-wide #work { layout: horizontal; }
-    ProbeBuilderScreen.-wide #preview-box { height: 1fr; max-height: 100%; border-top: none; border-left: solid $primary 40%; }
-    ProbeBuilderScreen #status { height: auto; max-height: 3; padding: 0 1; }
-    ProbeBuilderScreen #status.error { color: $error; }
-    ProbeBuilderScreen #status.warning { color: $warning; }
-    ProbeBuilderScreen #buttons { height: 1; }
-    ProbeBuilderScreen #buttons Button { margin-right: 2; }
-    """
+    AUTO_FOCUS = "#args"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+s", "create", "Create"),
         Binding("ctrl+s", "handoff", "Copy for admin"),
@@ -116,14 +92,6 @@ class ProbeBuilderScreen(Screen):
         Binding("f6", "focus_variables", "Variables"),
         Binding("escape", "cancel", "Cancel"),
     ]
-
-    class Created(Message):
-        """Probes were created (not enabled: the events screen enables them in our own instance);
-        ``events`` are ``group/event`` names."""
-
-        def __init__(self, events: list[str]) -> None:
-            super().__init__()
-            self.events = events
 
     def __init__(
         self,
@@ -165,15 +133,28 @@ class ProbeBuilderScreen(Screen):
         self._variables_shown = False  # the tree has had its first variables
         self._requested: BuildRequest | None = None  # the form as last compiled
         self.initial_group = DEFAULT_PERSISTENT_GROUP if lab_reason else lifetime.run_name()
-        # The first preview and tree need no typing: started now, they compile while Textual lays out
-        # the new screen's widgets instead of after it (about half the wait to the first preview).
-        self._opening = BuildRequest(function, self.binary, self.initial_kind, self.initial_number, self.initial_args,
-                                     "", None if self.binary else vmlinux, "", self.initial_group, bool(lab_reason),
-                                     self.module)
-        self._opening_work = {  # the preview first: it is what Create will write
-            "preview": _COMPILER.submit(build_preview, self._opening, self.probe_target),
-            "variables": _COMPILER.submit(load_variables, self._opening, self.probe_target.btf_path),
-        }
+        self.work = Background(self)
+        self._early: dict[str, Any] = {}  # answers to the opening work that came before the widgets
+        self._open()
+
+    def _open(self) -> None:
+        """The first preview and tree need no typing: started now, they compile while Textual lays out
+        the new screen's widgets instead of after it (about half the wait to the first preview).
+        Answers that come first wait in ``_early`` for ``on_mount``."""
+        self._opening = BuildRequest(self.function, self.binary, self.initial_kind, self.initial_number,
+                                     self.initial_args, "", None if self.binary else self.vmlinux, "",
+                                     self.initial_group, bool(self.lab_reason), self.module)
+        # the preview first: it is what Create will write
+        self.work.run("preview", build_preview, self._opening, self.probe_target,
+                      then=partial(self._opened, "preview", self._show_preview))
+        self.work.run("variables", load_variables, self._opening, self.probe_target.btf_path,
+                      then=partial(self._opened, "variables", self._show_variables))
+
+    def _opened(self, what: str, show, answer) -> None:
+        if self.is_mounted:
+            show(answer)
+        else:
+            self._early[what] = answer
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -220,7 +201,6 @@ class ProbeBuilderScreen(Screen):
 
     def on_mount(self) -> None:
         self._update_number_box()
-        self.query_one("#args", Input).focus()
         self._recompile()
 
     def on_resize(self) -> None:
@@ -271,44 +251,28 @@ class ProbeBuilderScreen(Screen):
         request = self.request()
         if request == self._requested and not force:
             return
+        opening = self._requested is None and request == self._opening  # started already: shown when it comes
         self._requested = request
         self._confirmed = None
         self._sync_ticks(request.args)
         if self._place != (request.kind, request.number):
             self._place = (request.kind, request.number)
-            if not self._take_opening("variables", request, self._show_variables):
-                self._load_variables(request)
-        if not self._take_opening("preview", request, self._show_preview):
-            self._compile(request)
+            if opening:
+                self._show_early("variables", self._show_variables)
+            else:  # as the preview: only a change of place typed in waits
+                self.work.run("variables", load_variables, request, self.probe_target.btf_path,
+                              then=self._show_variables, wait=DEBOUNCE_SECONDS if self._variables_shown else 0)
+        if opening:
+            self._show_early("preview", self._show_preview)
+        else:  # the first preview, on opening, waits for nobody's typing
+            self.work.run("preview", build_preview, request, self.probe_target, then=self._show_preview,
+                          wait=DEBOUNCE_SECONDS if self.preview is not None else 0)
 
-    def _take_opening(self, what: str, request: BuildRequest, show) -> bool:
-        """Show the answer started on opening now, in the screen's first frame, when it is ready and
-        the form still asks for it."""
-        started = self._opening_work.get(what)
-        if started is None or request != self._opening or not started.done():
-            return False
-        del self._opening_work[what]
-        show(started.result())
-        return True
-
-    @work(exclusive=True, group="preview")
-    async def _compile(self, request: BuildRequest) -> None:
-        if self.preview is not None:  # the first preview, on opening, waits for nobody's typing
-            await asyncio.sleep(DEBOUNCE_SECONDS)  # a newer keystroke cancels this worker here, before it compiles
-        preview = await self._off_thread("preview", request, build_preview, self.probe_target)
-        self._show_preview(preview)  # not reached when cancelled meanwhile: the newer request shows instead
-
-    async def _off_thread(self, what: str, request: BuildRequest, function, *args):
-        """``function(request, *args)`` on the compile thread; the answer started on opening when the
-        form still says what it said then."""
-        started = self._opening_work.pop(what, None)
-        if started is not None and request == self._opening:
-            return await asyncio.wrap_future(started)
-        return await asyncio.get_running_loop().run_in_executor(_COMPILER, function, request, *args)
+    def _show_early(self, what: str, show) -> None:
+        if what in self._early:
+            show(self._early.pop(what))
 
     def _show_preview(self, preview: Preview) -> None:
-        if not self.is_attached:  # closed while the compile ran: nothing to show it in
-            return
         self.preview = preview
         self.query_one(ProbePreview).show(preview)
         if preview.probes:
@@ -322,15 +286,7 @@ class ProbeBuilderScreen(Screen):
 
     # --- the variables tree ---------------------------------------------------------------------
 
-    @work(exclusive=True, group="variables")
-    async def _load_variables(self, request: BuildRequest) -> None:
-        if self._variables_shown:  # as the preview: only a change of place typed in waits
-            await asyncio.sleep(DEBOUNCE_SECONDS)
-        self._show_variables(await self._off_thread("variables", request, load_variables, self.probe_target.btf_path))
-
     def _show_variables(self, answer: tuple[list[VariableNode], str]) -> None:
-        if not self.is_attached:
-            return
         nodes, note = answer
         self._variables_shown = True
         tree = self.query_one(VariableTree)
@@ -342,17 +298,14 @@ class ProbeBuilderScreen(Screen):
         shown.set_class(not note, "-empty")
 
     @on(Tree.NodeExpanded, "#variables")
-    async def _expand(self, event: Tree.NodeExpanded) -> None:
+    def _expand(self, event: Tree.NodeExpanded) -> None:
         tree = self.query_one(VariableTree)
-        if event.node.id in tree.loaded or event.node.data is None:
+        node = event.node
+        if node.id in tree.loaded or node.data is None:
             return
-        tree.loaded.add(event.node.id)
-        try:
-            kids = await asyncio.get_running_loop().run_in_executor(_COMPILER, children, event.node.data)
-        except UserError as exc:
-            self._set_status(f"{event.node.data.expression}: {exc.message}", "error")
-            return
-        tree.add_children(event.node, kids)
+        tree.loaded.add(node.id)
+        self.work.run(f"members of {node.id}", children, node.data, then=partial(tree.add_children, node),
+                      failed=lambda exc: self._set_status(f"{node.data.expression}: {exc.message}", "error"))
 
     def _sync_ticks(self, args: str) -> None:
         self.query_one(VariableTree).show_ticked(ticked(args))
@@ -372,7 +325,7 @@ class ProbeBuilderScreen(Screen):
         self._set_status(f"{event.node.expression}: read as {new or 'its C type'} (t: next type, T: previous)")
 
     def action_focus_variables(self) -> None:
-        self.query_one(VariableTree).focus()
+        self.set_focus(self.query_one(VariableTree))
 
     # --- actions --------------------------------------------------------------------------------
 
@@ -386,7 +339,9 @@ class ProbeBuilderScreen(Screen):
 
     @on(Button.Pressed, "#handoff")
     def action_handoff(self) -> None:
-        preview = _COMPILER.submit(build_preview, self.request(), self.probe_target).result()
+        self.work.run("handoff", build_preview, self.request(), self.probe_target, then=self._hand_off)
+
+    def _hand_off(self, preview: Preview) -> None:
         self._show_preview(preview)
         if preview.error is not None:
             self._set_status(f"nothing to hand over: {preview.error.message}", "error")
@@ -408,35 +363,96 @@ class ProbeBuilderScreen(Screen):
         self.dismiss(self.created)
 
     def _make(self, pin: bool) -> None:
-        request = self.request()
         if self.events is None:
             self._set_status("no tracefs to create probes in (a snapshot is read-only)", "error")
             return
-        preview = _COMPILER.submit(build_preview, request, self.probe_target).result()
+        request = self.request()
+        self._set_status("creating…")
+        # every Create answered, in order (a second press must not drop the first one's answer)
+        self.work.queue("kernel", self.create_in_kernel, request, pin, self._confirmed == request,
+                        then=partial(self._made, request, pin))
+
+    def create_in_kernel(self, request: BuildRequest, pin: bool, confirmed: bool) -> tuple[Preview, Any]:
+        """In a worker: compile what the form says and make it; (preview, the events made or why not)."""
+        preview = build_preview(request, self.probe_target)
+        if preview.error is not None:
+            return preview, None
+        try:
+            return preview, pipeline.create(preview.plan, self.events, run_scoped=True, pin=pin, confirmed=confirmed)
+        except UserError as exc:
+            return preview, exc
+
+    def _made(self, request: BuildRequest, pin: bool, answer: tuple[Preview, Any]) -> None:
+        preview, made = answer
         self._show_preview(preview)
         if preview.error is not None:
             self._set_status(f"not created: {preview.error.message}", "error")
             return
-        try:
-            made = pipeline.create(preview.plan, self.events, run_scoped=True, pin=pin,
-                                   confirmed=self._confirmed == request)
-        except pipeline.GuardUnconfirmed:
+        if isinstance(made, pipeline.GuardUnconfirmed):
             self._confirmed = request
             self._set_status("the feedback guard warns (see the preview): press Create again to create it anyway", "warning")
             return
-        except UserError as exc:
-            self._confirmed = None
-            refused = refusal(preview, exc)
+        self._confirmed = None
+        if isinstance(made, UserError):
+            refused = refusal(preview, made)
             if refused is None:
-                self._set_status(str(exc), "error")
+                self._set_status(str(made), "error")
                 return
             self._show_preview(refused)
             self._set_status(f"not created: {refused.error.message}", "error")
             return
-        self._confirmed = None
         names = [event.full_name for event in made]
         self.created += names
         kept = " (kept after exit: remove with kprobe-tui del)" if pin else " (removed when kprobe-tui exits)"
         self._set_status(f"created {', '.join(names)}{kept}")
         self._recompile(force=True)  # the next Create takes the next free name
-        self.post_message(self.Created(names))
+        self.created_now(names)
+
+    def created_now(self, names: list[str]) -> None:
+        """Probes were made (not enabled: the events screen enables them in our own instance)."""
+        self.post_message(ShowEvents(names))
+
+
+class EditBuilder(ProbeBuilderScreen):
+    """The builder prefilled from a probe; Create makes the new one, then the old one is deleted."""
+
+    def __init__(self, replaces: DynamicEvent, target: EditTarget, **kwargs) -> None:
+        super().__init__(target.function, binary=target.binary, variable=target.args, kind=target.kind, **kwargs)
+        self.replaces: DynamicEvent | None = replaces
+        self.target = target
+        self._not_deleted: UserError | None = None  # why the replaced probe stays, when it does
+        if target.kind not in self.kinds:  # an fprobe where fprobes are gone: the nearest kind
+            self.initial_kind = "return" if target.kind == "fprobe_exit" else "entry"
+        self.initial_number = target.number
+
+    def on_mount(self) -> None:
+        self.notify(f"editing {self.replaces.full_name}; not carried over: " + "; ".join(self.target.lost), title="Edit",
+                    timeout=10)
+
+    def create_in_kernel(self, request: BuildRequest, pin: bool, confirmed: bool) -> tuple[Preview, Any]:
+        """The new one made, the replaced one deleted after it, in the same worker."""
+        preview, made = super().create_in_kernel(request, pin, confirmed)
+        if self.replaces is None or not isinstance(made, list):
+            return preview, made
+        try:
+            self.events.delete(self.replaces)
+        except UserError as exc:
+            return preview, (made, exc)
+        return preview, (made, None)
+
+    def _made(self, request: BuildRequest, pin: bool, answer: tuple[Preview, Any]) -> None:
+        preview, made = answer
+        if not isinstance(made, tuple):
+            super()._made(request, pin, answer)
+            return
+        made, self._not_deleted = made
+        super()._made(request, pin, (preview, made))
+
+    def created_now(self, names: list[str]) -> None:
+        """The app tails the new probe after this; the replaced one went first."""
+        if self.replaces is not None and self._not_deleted is None:
+            self.notify(f"{self.replaces.full_name} replaced by {', '.join(names)}", title="Edited")
+            self.replaces = None
+        elif self.replaces is not None:
+            self.notify(f"created, but the old probe stays: {self._not_deleted}", severity="error", timeout=15)
+        super().created_now(names)

@@ -1,9 +1,11 @@
 """The live events screen: table, filter, detail pane, rates, lost counter, pause, export.
 
-It drives a ``TailSession`` (our instance, the reader thread, the store). The reader posts one
-``Ingested`` message per batch (at most ~20 a second); everything else is method calls down.
-Usable on its own: ``EventsScreen(["grp/ev"], sources.tracing())``; ``EventsScreen.replay(events)``
-shows captured events without touching the kernel.
+It shows this run's tracing session (``RunTracing``, the app's service: our instance, the reader
+thread, the store), starting it for the events asked and stopping it when the screen goes. The
+reader posts one ``Ingested`` message per batch (at most ~20 a second); the session's changes
+(filter, pause, stacks) run off the UI thread through the service; everything else is method
+calls down. Usable on its own: ``EventsScreen(["grp/ev"], sources.tracing())``;
+``EventsScreen.replay(events)`` shows captured events without touching the kernel.
 """
 
 from __future__ import annotations
@@ -29,11 +31,16 @@ from kprobe_tui.stream.export import export
 from kprobe_tui.stream.filterexpr import FilterError, compile_filter, parse
 from kprobe_tui.stream.parser import Event
 from kprobe_tui.stream.reader import StreamUpdate
-from kprobe_tui.stream.session import TailSession
+from kprobe_tui.stream.session import FilterPlan, TailSession
 from kprobe_tui.stream.store import DEFAULT_CAPACITY, EventStore
 from kprobe_tui.textsafe import printable
+from kprobe_tui.tui.navigation import Back, OpenStats
 from kprobe_tui.tui.plain import plain
+from kprobe_tui.tui.theming import LAYOUT
+from kprobe_tui.tui.tracing import RunTracing
 from kprobe_tui.tui.widgets.event_table import EventTable, show_value
+from kprobe_tui.tui.widgets.filter_bar import FilterBar
+from kprobe_tui.tui.work import Background
 
 if TYPE_CHECKING:
     from kprobe_tui.kernel.tracefs import Tracefs
@@ -51,22 +58,8 @@ class Ingested(Message):
 
 
 class EventsScreen(Screen):
-    DEFAULT_CSS = """
-    EventsScreen #status { height: 1; padding: 0 1; background: $panel; }
-    EventsScreen #filter-bar { height: 1; }
-    EventsScreen #filter-prompt { width: 3; padding: 0 1; color: $accent; }
-    EventsScreen #filter { width: 1fr; height: 1; border: none; padding: 0; }
-    EventsScreen #filter-side { width: auto; max-width: 40; padding: 0 1; color: $text-muted; text-wrap: nowrap; text-overflow: ellipsis; }
-    EventsScreen #filter-error { height: auto; max-height: 3; padding: 0 1; color: $error; display: none; }
-    EventsScreen #filter-error.shown { display: block; }
-    EventsScreen EventTable { height: 1fr; }
-    EventsScreen #rates { height: auto; max-height: 3; }
-    EventsScreen .rate { height: 1; }
-    EventsScreen .rate-label { width: 30; padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis; }
-    EventsScreen .rate Sparkline { width: 1fr; height: 1; }
-    EventsScreen #detail { height: 35%; min-height: 9; border-top: solid $primary 40%; display: none; padding: 0 1; }
-    EventsScreen #detail.shown { display: block; }
-    """
+    CSS_PATH = LAYOUT
+    AUTO_FOCUS = "EventTable"
     BINDINGS = [
         Binding("slash", "focus_filter", "Filter"),
         Binding("escape", "focus_table", "Back", show=False),
@@ -85,12 +78,15 @@ class EventsScreen(Screen):
         super().__init__()
         self.patterns = patterns
         self.tracefs = tracefs
-        self.session: TailSession | None = None
+        self.tracing: RunTracing | None = None
+        self.session: TailSession | None = None  # while it records for this screen
         self.store = EventStore(max_events)
         self.export_dir = export_dir or Path.cwd()
+        self.work = Background(self)
         self.lost = 0
         self.garbled = 0
         self.new_since_follow = 0
+        self.starting = tracefs is not None
         self.finished = False
         self.stopped_because = ""
         self.rates: dict[str, deque[float]] = {}
@@ -106,10 +102,7 @@ class EventsScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Static("", id="status")
-        with Horizontal(id="filter-bar"):
-            yield Static("/", id="filter-prompt")
-            yield Input(placeholder='filter: comm == "sshd" && len > 100 || event ~ "tcp_*"', id="filter")
-            yield Static("no filter", id="filter-side")
+        yield FilterBar('filter: comm == "sshd" && len > 100 || event ~ "tcp_*"', "no filter", note_id="filter-side")
         yield Static("", id="filter-error")
         yield EventTable(self.store, id="events")
         yield Vertical(id="rates")
@@ -118,29 +111,38 @@ class EventsScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        table = self.query_one(EventTable)
-        table.focus()
         if self.tracefs is not None:
-            try:
-                self.session = TailSession(self.tracefs, self.patterns or [], store=self.store)
-                self.session.start(lambda update: self.post_message(Ingested(update)))
-            except UserError as exc:
-                self.session = None
-                self.finished = True
-                denied = tail_denied(self.tracefs.root) if self.tracefs.writable else None
-                if denied:  # say why in plain words, and what to do instead
-                    self.stopped_because = f"tailing is not permitted: {denied}"
-                    command = shlex.join(["sudo", "kprobe-tui", "tail", *(self.patterns or [])])
-                    self.notify(f"{self.stopped_because}. An administrator can tail with: {command}",
-                                title="Cannot tail", severity="error", timeout=30)
-                else:
-                    self.notify(str(exc), title="Cannot tail", severity="error", timeout=30)
-        table.rows_changed()
+            self.tracing = RunTracing.of(self.app, self.tracefs)
+            self.tracing.start(self.patterns or [], self.store, lambda update: self.post_message(Ingested(update)),
+                               then=self._recording, failed=self._cannot_record)
+        self.query_one(EventTable).rows_changed()
+        self._show_status()
+
+    def _recording(self, session: TailSession) -> None:
+        self.starting = False
+        self.session = session
+        self._show_status()
+
+    def _cannot_record(self, exc: UserError) -> None:
+        self.starting = False
+        self.finished = True
+        denied = tail_denied(self.tracefs.root) if self.tracefs is not None and self.tracefs.writable else None
+        if denied:  # say why in plain words, and what to do instead
+            self.stopped_because = f"tailing is not permitted: {denied}"
+            command = shlex.join(["sudo", "kprobe-tui", "tail", *(self.patterns or [])])
+            self.notify(f"{self.stopped_because}. An administrator can tail with: {command}",
+                        title="Cannot tail", severity="error", timeout=30)
+        else:
+            self.notify(str(exc), title="Cannot tail", severity="error", timeout=30)
         self._show_status()
 
     def on_unmount(self) -> None:
-        if self.session is not None:
-            self.session.stop()
+        if self.tracing is None:
+            return
+        if not self.app.is_running:  # the app closes: the instance goes with it, now
+            self.tracing.close()
+        elif self.session is not None or self.starting:
+            self.tracing.stop()  # off the UI thread, after any change still queued (a start too)
 
     # --- updates from the reader --------------------------------------------------------------
 
@@ -203,6 +205,8 @@ class EventsScreen(Screen):
         parts.append("following" if table.following else f"{self.new_since_follow:,} new (End: follow)")
         if self.finished:
             parts.append(self.stopped_because or "stopped")
+        elif self.starting:
+            parts.append("starting")
         elif self.session is None:
             parts.append("replay")
         elif self.session.paused:
@@ -251,79 +255,81 @@ class EventsScreen(Screen):
     def action_focus_table(self) -> None:
         """Escape: from the filter back to the table; from the table back to the previous screen."""
         table = self.query_one(EventTable)
-        if table.has_focus and len(self.app.screen_stack) > 2:
-            self.app.pop_screen()
+        if table.has_focus:
+            self.post_message(Back())
         else:
-            table.focus()
+            self.set_focus(table)
 
     # --- filter ---------------------------------------------------------------------------------
 
     def action_focus_filter(self) -> None:
-        self.query_one("#filter", Input).focus()
+        self.query_one(FilterBar).focus_now()
 
     @on(Input.Submitted, "#filter")
     def _filter_submitted(self, message: Input.Submitted) -> None:
         self.apply_filter(message.value)
 
     def apply_filter(self, text: str) -> None:
-        """Apply a filter; on a parse error show it at its column and keep the current filter."""
-        error = self.query_one("#filter-error", Static)
+        """Apply a filter (in the kernel too, off the UI thread, while recording); on a parse error show
+        it at its column and keep the current filter."""
+        if self.session is not None and self.tracing is not None:
+            self.tracing.set_filter(text, then=self._filter_applied, failed=self._filter_refused)
+            return
         try:
-            if self.session is not None:
-                summary = self.session.set_filter(text).summary()
-            else:
-                self.store.set_filter(compile_filter(parse(text)) if text.strip() else None)
-                summary = "view" if text.strip() else "no filter"
-        except FilterError as exc:
-            error.update(plain(f"{exc.problem}\n{printable(exc.text)}\n{' ' * len(printable(exc.text[:exc.position]))}^"))
-            error.add_class("shown")
-            return
+            self.store.set_filter(compile_filter(parse(text)) if text.strip() else None)
         except UserError as exc:
-            error.update(plain(str(exc)))
-            error.add_class("shown")
+            self._filter_refused(exc)
             return
-        error.remove_class("shown")
-        self.query_one("#filter-side", Static).update(plain(summary))
+        self._filter_applied("view" if text.strip() else "no filter")
+
+    def _filter_applied(self, plan: FilterPlan | str) -> None:
+        self.query_one("#filter-error", Static).remove_class("shown")
+        self.query_one(FilterBar).note(plain(plan if isinstance(plan, str) else plan.summary()))
         table = self.query_one(EventTable)
         table.following = True
         self.new_since_follow = 0
         table.rows_changed()
-        table.focus()
+        self.set_focus(table)
         self._show_status()
+
+    def _filter_refused(self, exc: UserError) -> None:
+        error = self.query_one("#filter-error", Static)
+        if isinstance(exc, FilterError):
+            error.update(plain(f"{exc.problem}\n{printable(exc.text)}\n{' ' * len(printable(exc.text[:exc.position]))}^"))
+        else:
+            error.update(plain(str(exc)))
+        error.add_class("shown")
 
     # --- controls -------------------------------------------------------------------------------
 
-    def action_pause(self) -> None:
-        if self.session is None or self.finished:
+    def _recording_now(self) -> bool:
+        if self.session is None or self.tracing is None or self.finished:
             self.notify("nothing is being recorded", severity="warning")
-            return
-        self.session.pause(not self.session.paused)
-        self._show_status()
+            return False
+        return True
+
+    def action_pause(self) -> None:
+        if self._recording_now():
+            self.tracing.pause(not self.session.paused, then=lambda _: self._show_status())
 
     def action_toggle_stack(self) -> None:
-        if self.session is None or self.finished:
-            return
-        try:
-            self.session.set_stacktrace(not self.session.stacktrace)
-        except UserError as exc:
-            self.notify(str(exc), severity="error")
-            return
-        self.notify(f"kernel stacks {'on' if self.session.stacktrace else 'off'} for new events")
+        if self._recording_now():
+            self.tracing.set_stacktrace(not self.session.stacktrace, then=self._stacks_switched)
+
+    def _stacks_switched(self, _answer) -> None:
+        self.notify(f"kernel stacks {'on' if self.session and self.session.stacktrace else 'off'} for new events")
 
     def action_export(self, fmt: str) -> None:
         """Write the rows the view shows (filtered or not) next to where we were started."""
         store = self.store
         path = self.export_dir / f"kprobe-tui-events-{time.strftime('%Y%m%d-%H%M%S')}.{fmt}"
-        try:
-            count = export(store.view_rows(0, store.view_len()), path, fmt)
-        except UserError as exc:
-            self.notify(str(exc), title="Export failed", severity="error", timeout=15)
-            return
-        self.notify(f"{count:,} events written to {path}", title="Exported")
+        self.work.run("export", export, store.view_rows(0, store.view_len()), path, fmt,
+                      then=lambda count: self.notify(f"{count:,} events written to {path}", title="Exported"),
+                      failed=lambda exc: self.notify(str(exc), title="Export failed", severity="error", timeout=15))
 
     def action_stats(self) -> None:
         """The statistics view of the probe being tailed: the highlighted event's, else the only one."""
-        from kprobe_tui.tui.screens.stats import open_stats, probe_request
+        from kprobe_tui.tui.screens.stats import probe_request
 
         targets = self.session.targets if self.session is not None else []
         current = self.query_one(EventTable).current
@@ -338,6 +344,6 @@ class EventsScreen(Screen):
             event = next((e for e in Events(self.tracefs).list() if e.full_name == name), None)
             if event is None:
                 raise UserError(f"{name} is gone")
-            open_stats(self.app, probe_request(event))
+            self.post_message(OpenStats(probe_request(event)))
         except UserError as exc:
             self.notify(str(exc), title="Statistics", severity="error")

@@ -2,34 +2,50 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.text import Text
-from textual import on, work
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static
 
 from kprobe_tui.kernel.catalog import STATUS_HELP, Function, FunctionCatalog, Status
 from kprobe_tui.matching import MODES, IncrementalFilter, Matcher
 from kprobe_tui.textsafe import printable
+from kprobe_tui.tui.navigation import OpenBuilder, OpenSource, OpenStats
 from kprobe_tui.tui.plain import plain
+from kprobe_tui.tui.theming import LAYOUT
+from kprobe_tui.tui.widgets.filter_bar import FilterBar
 from kprobe_tui.tui.widgets.function_list import STATUS_GLYPH, FunctionList
+from kprobe_tui.tui.work import Background
 
 
 class FunctionsScreen(Screen):
-    """Owns the filter state; the list renders, the detail pane explains."""
+    """Owns the filter state; the list renders, the detail pane explains.
 
+    Letters are actions on the list (as in less, vim or htop) and ``/`` starts the filter: every key
+    typed after it, however fast, goes to the filter (keys.py). In the filter, Enter opens the
+    highlighted function, the arrow and page keys move the highlight, escape goes back to the list
+    keeping the filter (escape on the list clears it)."""
+
+    CSS_PATH = LAYOUT
+    AUTO_FOCUS = "FunctionList"
     BINDINGS = [
         Binding("slash", "focus_filter", "Filter"),
         Binding("ctrl+t", "cycle_mode", "Match mode"),
-        Binding("escape", "clear_filter", "Clear", show=False),
+        Binding("escape", "escape", "Clear", show=False),
         Binding("tab", "focus_next", "Next pane", show=False),
         Binding("n", "show_notes", "Notes", show=False),
         Binding("p", "build_probe", "Probe"),
         Binding("c", "count_calls", "Count calls", show=False),  # in help and the palette; the footer is full
         Binding("L", "latency", "Latency", show=False),
     ]
+    # While typing in the filter, these move the list's highlight (the list, focused, has them as bindings;
+    # here they are keys, not bindings, so help lists the list's own once).
+    TYPING_MOVES: ClassVar[dict[str, tuple[str, int]]] = {
+        "up": ("move", -1), "down": ("move", 1), "pageup": ("page", -1), "pagedown": ("page", 1)}
 
     def __init__(self, catalog_loader) -> None:
         super().__init__()
@@ -38,13 +54,12 @@ class FunctionsScreen(Screen):
         self._filter: IncrementalFilter | None = None
         self.mode = "substring"
         self.shown = 0
+        self.work = Background(self)
 
     def compose(self) -> ComposeResult:
         yield Header()
-        with Horizontal(id="filter-bar"):
-            yield Static("/", id="filter-prompt")
-            yield Input(placeholder="filter: substring, glob (tcp_*), fuzzy  (ctrl+t: mode)", id="filter")
-            yield Static("loading…", id="filter-info")
+        yield FilterBar("filter: substring, glob (tcp_*), fuzzy  (ctrl+t: mode)", "loading…", note_id="filter-info",
+                        fixed_note=True)
         yield Static("", id="notes")
         yield FunctionList(self._status_of, self._module_of, id="functions")
         yield Static("", id="detail")
@@ -53,15 +68,7 @@ class FunctionsScreen(Screen):
 
     def on_mount(self) -> None:
         self.query_one("#detail", Static).update("Reading /proc/kallsyms, the ftrace list and the blacklist…")
-        self.query_one(FunctionList).focus()
-        self._build_catalog()
-
-    @work(thread=True, exclusive=True)
-    def _build_catalog(self) -> None:
-        catalog = self._load_catalog()
-        self.app.call_from_thread(self.show_catalog, catalog)
-        catalog.warm()  # prototypes and sizes, after the list is on screen
-        self.app.call_from_thread(self._show_detail, self.query_one(FunctionList).current)
+        self.work.run("catalog", self._load_catalog, then=self.show_catalog)
 
     def show_catalog(self, catalog: FunctionCatalog) -> None:
         self.catalog = catalog
@@ -74,6 +81,8 @@ class FunctionsScreen(Screen):
             notes.tooltip = plain("\n".join(catalog.notes))
         self._render_legend()
         self.apply_filter()
+        # prototypes and sizes, after the list is on screen
+        self.work.run("warm", catalog.warm, then=lambda _: self._show_detail(self.query_one(FunctionList).current))
 
     # --- filtering ----------------------------------------------------------------------------
 
@@ -83,18 +92,20 @@ class FunctionsScreen(Screen):
 
     @on(Input.Submitted, "#filter")
     def _filter_submitted(self) -> None:
-        self.query_one(FunctionList).focus()
+        """Enter in the filter opens the highlighted function, as Enter on the list does."""
+        name = self.query_one(FunctionList).current
+        if name is not None:
+            self.post_message(OpenSource(name))
 
     def apply_filter(self) -> None:
         if self._filter is None:
             return
-        query = self.query_one("#filter", Input).value.strip()
+        query = self.query_one(FilterBar).value.strip()
         matcher = Matcher.for_query(query, "glob" if self.mode == "substring" and any(c in query for c in "*?[") else self.mode)
         rows = self._filter.apply(matcher)
         self.shown = len(rows)
         self.query_one(FunctionList).set_rows(rows, matcher if query else None)
-        label = f"{matcher.mode} · {len(rows):,}/{len(self._filter.names):,}"
-        self.query_one("#filter-info", Static).update(label, layout=False)  # fixed size: no re-layout per key
+        self.query_one(FilterBar).note(f"{matcher.mode} · {len(rows):,}/{len(self._filter.names):,}")
 
     def action_cycle_mode(self) -> None:
         self.mode = MODES[(MODES.index(self.mode) + 1) % len(MODES)]
@@ -107,11 +118,11 @@ class FunctionsScreen(Screen):
     def action_build_probe(self) -> None:
         name = self.query_one(FunctionList).current
         if name is not None:
-            self.app.open_builder(name)
+            self.post_message(OpenBuilder(name))
 
     def action_count_calls(self) -> None:
         """The statistics view counting calls of every function the filter matches (a glob)."""
-        from kprobe_tui.tui.screens.stats import StatsRequest, open_stats
+        from kprobe_tui.tui.screens.stats import StatsRequest
 
         query = self.query_one("#filter", Input).value.strip()
         if not query or self.mode == "fuzzy":
@@ -120,15 +131,15 @@ class FunctionsScreen(Screen):
             return
         pattern = query if self.mode == "glob" or any(c in query for c in "*?[") else f"*{query}*"
         glob = any(c in pattern for c in "*?[")
-        open_stats(self.app, StatsRequest((pattern,), self._binary(), key="probe" if glob else None))
+        self.post_message(OpenStats(StatsRequest((pattern,), self._binary(), key="probe" if glob else None)))
 
     def action_latency(self) -> None:
         """The statistics view of the highlighted function's latency, entry to return."""
-        from kprobe_tui.tui.screens.stats import StatsRequest, open_stats
+        from kprobe_tui.tui.screens.stats import StatsRequest
 
         name = self.query_one(FunctionList).current
         if name is not None:
-            open_stats(self.app, StatsRequest((name,), self._binary(), function=name, key=None, value="latency"))
+            self.post_message(OpenStats(StatsRequest((name,), self._binary(), function=name, key=None, value="latency")))
 
     def _binary(self) -> str | None:
         """The program browsed with -x (its functions get uprobes), None for the kernel."""
@@ -136,11 +147,24 @@ class FunctionsScreen(Screen):
         return str(binary.path) if binary is not None else None
 
     def action_focus_filter(self) -> None:
-        self.query_one("#filter", Input).focus()
+        self.query_one(FilterBar).focus_now()
 
-    def action_clear_filter(self) -> None:
-        self.query_one("#filter", Input).value = ""
-        self.query_one(FunctionList).focus()
+    def action_escape(self) -> None:
+        """From the filter back to the list, keeping what it matched; on the list, clear the filter."""
+        functions = self.query_one(FunctionList)
+        bar = self.query_one(FilterBar)
+        if bar.input.has_focus:
+            self.set_focus(functions)
+        else:
+            bar.input.value = ""
+
+    def on_key(self, event: events.Key) -> None:
+        """Up, down, page up and page down typed in the filter move the highlight Enter opens."""
+        move = self.TYPING_MOVES.get(event.key)
+        if move is not None and self.query_one(FilterBar).input.has_focus:
+            action, step = move
+            getattr(self.query_one(FunctionList), f"action_{action}")(step)
+            event.stop()
 
     # --- detail -------------------------------------------------------------------------------
 
@@ -155,11 +179,15 @@ class FunctionsScreen(Screen):
         self._show_detail(message.name)
 
     def _show_detail(self, name: str | None) -> None:
+        """What is known at once; with the catalog warm, the whole function from a worker (a -x
+        binary's prototype is read from DWARF): the pane keeps the last one until it comes, and a
+        quicker cursor's newer name drops an older answer."""
         detail = self.query_one("#detail", Static)
         if name is None or self.catalog is None:
             detail.update("No function matches the filter.", layout=False)
         elif self.catalog.details_ready:
-            detail.update(self._describe(self.catalog.function(name)), layout=False)
+            self.work.run("detail", self.catalog.function, name,
+                          then=lambda function: detail.update(self._describe(function), layout=False))
         else:  # BTF still loading: what is known without it
             status, reason = self.catalog.classify(name)
             detail.update(self._describe(Function(name, self.catalog.module(name), (), None, status, reason, None)),
@@ -198,4 +226,4 @@ class FunctionsScreen(Screen):
 
     @on(FunctionList.Selected)
     def _selected(self, message: FunctionList.Selected) -> None:
-        self.app.open_source(message.name)
+        self.post_message(OpenSource(message.name))

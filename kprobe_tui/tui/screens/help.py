@@ -18,13 +18,17 @@ from textual.dom import DOMNode
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Static
 
+from kprobe_tui.tui.theming import LAYOUT
+
 HELP: dict[str, tuple[str, str]] = {  # screen class -> (title, what it is for)
     "FunctionsScreen": (
         "Functions",
         ("Every function you can put a probe on, and why the others cannot be probed. Type after / to "
-         "filter (substring; * ? [ make it a glob; ctrl+t cycles substring, glob and fuzzy). The colour and "
-         "glyph of each name give its status, the pane below explains it. Enter opens the source, p the "
-         "probe builder."),
+         "filter (substring; * ? [ make it a glob; ctrl+t cycles substring, glob and fuzzy): everything typed "
+         "after /, however fast, goes to the filter, where up, down and the page keys move the highlight, Enter "
+         "opens it and escape goes back to the list, keeping the filter. On the list, letters are actions (no "
+         "type-ahead): Enter opens the source, p the probe builder. The colour and glyph of each name give "
+         "its status, the pane below explains it."),
     ),
     "SourceScreen": (
         "Source",
@@ -110,12 +114,7 @@ def _keys_table(app, bindings: list[Binding]) -> Table:
 class HelpScreen(ModalScreen):
     """Help about ``screen``: its purpose, its keys (and its widgets'), the app's, the golden rule."""
 
-    DEFAULT_CSS = """
-    HelpScreen { align: center middle; }
-    HelpScreen #help { width: 100; max-width: 100%; height: auto; max-height: 100%; border: round $primary; background: $surface; }
-    HelpScreen .help-heading { text-style: bold underline; margin-top: 1; padding: 0 1; }
-    HelpScreen .help-body { padding: 0 1; }
-    """
+    CSS_PATH = LAYOUT
     BINDINGS: ClassVar = [Binding("escape,q,question_mark,f1", "app.pop_screen", "Close")]
 
     def __init__(self, screen: Screen) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
@@ -39,9 +39,12 @@ from kprobe_tui.kernel.profile import ProbeHits, rates, read_hits
 from kprobe_tui.probes.edit import EditTarget, edit_target
 from kprobe_tui.probes.spec import DEFAULT_PERSISTENT_GROUP
 from kprobe_tui.textsafe import printable
+from kprobe_tui.tui.navigation import Back, EditProbe, OpenStats, ShowEvents
 from kprobe_tui.tui.plain import plain
-from kprobe_tui.tui.screens.builder import ProbeBuilderScreen
-from kprobe_tui.tui.screens.events import EventsScreen
+from kprobe_tui.tui.theming import LAYOUT
+from kprobe_tui.tui.tracing import RunTracing
+from kprobe_tui.tui.widgets.filter_bar import FilterBar
+from kprobe_tui.tui.work import Background
 
 if TYPE_CHECKING:
     from kprobe_tui.kernel.tracefs import Tracefs
@@ -63,53 +66,15 @@ class Sample:
     hits: dict[str, ProbeHits]
     enabled: dict[str, str]  # group/event -> "top", "run", "top+run" or ""
     taken: float
-
-
-class EditBuilder(ProbeBuilderScreen):
-    """The builder prefilled from a probe; Create makes the new one, then the old one is deleted."""
-
-    def __init__(self, replaces: DynamicEvent, events: Events, target: EditTarget, **kwargs) -> None:
-        super().__init__(target.function, binary=target.binary, variable=target.args, kind=target.kind, **kwargs)
-        self.replaces: DynamicEvent | None = replaces
-        self.old_events = events
-        self.target = target
-        if target.kind not in self.kinds:  # an fprobe where fprobes are gone: the nearest kind
-            self.initial_kind = "return" if target.kind == "fprobe_exit" else "entry"
-        self.initial_number = target.number
-
-    def on_mount(self) -> None:
-        self.notify(f"editing {self.replaces.full_name}; not carried over: " + "; ".join(self.target.lost), title="Edit",
-                    timeout=10)
-
-    def on_probe_builder_screen_created(self, message: ProbeBuilderScreen.Created) -> None:
-        """The app tails the new probe after this; the replaced one goes first."""
-        if self.replaces is None:
-            return
-        try:
-            self.old_events.delete(self.replaces)
-        except UserError as exc:
-            self.notify(f"created, but the old probe stays: {exc}", severity="error", timeout=15)
-            return
-        self.notify(f"{self.replaces.full_name} replaced by {', '.join(message.events)}", title="Edited")
-        self.replaces = None
+    problem: str = ""  # why the list is empty, when it could not be read
 
 
 class ProbesScreen(Screen):
     """All dynamic events, ours marked; ``access`` says whether this user may change anything."""
 
-    DEFAULT_CSS = """
-    ProbesScreen #status { height: 1; padding: 0 1; background: $panel; text-wrap: nowrap; text-overflow: ellipsis; }
-    ProbesScreen #filter-bar { height: 1; }
-    ProbesScreen #filter-prompt { width: 3; padding: 0 1; color: $accent; }
-    ProbesScreen #filter { width: 1fr; height: 1; border: none; padding: 0; }
-    ProbesScreen DataTable { height: 1fr; }
-    ProbesScreen #detail { height: 5; padding: 0 1; border-top: solid $primary 40%; }
-    ProbesScreen #message { height: auto; max-height: 2; padding: 0 1; }
-    ProbesScreen #message.error { color: $error; }
-    ProbesScreen #message.warning { color: $warning; }
-    ProbesScreen #actions { height: 1; }
-    ProbesScreen #actions Button { margin-right: 1; }
-    """
+    CSS_PATH = LAYOUT
+    AUTO_FOCUS = "DataTable"
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"probes--ours", "probes--others", "probes--our-name"}
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("slash", "focus_filter", "Filter"),
         Binding("space", "toggle", "On/off"),
@@ -126,6 +91,7 @@ class ProbesScreen(Screen):
         self.tracefs = tracefs
         self.events = Events(tracefs)
         self.access = access
+        self.work = Background(self)
         self.sample: Sample | None = None
         self.previous: Sample | None = None
         self.shown: dict[str, tuple] = {}  # group/event -> the cells on screen
@@ -134,9 +100,7 @@ class ProbesScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Static("reading dynamic events…", id="status")
-        with Horizontal(id="filter-bar"):
-            yield Static("/", id="filter-prompt")
-            yield Input(placeholder="filter: part of group/event, kind or binary", id="filter")
+        yield FilterBar("filter: part of group/event, kind or binary")
         yield DataTable(cursor_type="row", zebra_stripes=True)
         yield Static("", id="detail")
         yield Static("", id="message")
@@ -149,27 +113,28 @@ class ProbesScreen(Screen):
 
     def on_mount(self) -> None:
         self._reset_table()
-        self.query_one(DataTable).focus()
-        self.refresh_sample()
-        self.set_interval(REFRESH_SECONDS, self.refresh_sample)
+        self.work.every(REFRESH_SECONDS, "sample", self.read_sample, then=self.show_sample)
+
+    def refresh_sample(self) -> None:
+        """Read again now (after a change), rather than at the next tick."""
+        self.work.run("sample", self.read_sample, then=self.show_sample)
+
+    @property
+    def tracing(self) -> RunTracing:
+        return RunTracing.of(self.app, self.tracefs)
 
     # --- reading (worker thread) -------------------------------------------------------------------
 
-    @work(thread=True, exclusive=True, group="sample")
-    def refresh_sample(self) -> None:
-        sample = self.read_sample()
-        self.app.call_from_thread(self.show_sample, sample)
-
     def read_sample(self) -> Sample:
+        problem = ""
         try:
             events = self.events.list()
         except UserError as exc:
-            self.app.call_from_thread(self._say, str(exc), "error")
-            events = []
+            events, problem = [], str(exc)
         on_in = {"top": self.events.enabled_names(), "run": self.events.enabled_names(lifetime.run_name())}
         enabled = {event.full_name: "+".join(label for label, names in on_in.items() if event.full_name in names)
                    for event in events}
-        return Sample(events, read_hits(self.tracefs), enabled, time.monotonic())
+        return Sample(events, read_hits(self.tracefs), enabled, time.monotonic(), problem)
 
     # --- showing (UI thread) -------------------------------------------------------------------------
 
@@ -177,6 +142,8 @@ class ProbesScreen(Screen):
         tables = self.query(DataTable)
         if not self.is_attached or not tables:  # closed, or its widgets already removed while it closes
             return
+        if sample.problem:
+            self._say(sample.problem, "error")
         self.previous, self.sample = self.sample, sample
         per_second = rates(self.previous.hits, sample.hits, sample.taken - self.previous.taken) if self.previous else {}
         table = tables.first()
@@ -219,9 +186,11 @@ class ProbesScreen(Screen):
         hits = sample.hits.get(event.full_name)
         ours = event.owner in OURS
         rate = per_second.get(event.full_name)
+        mark = self.get_component_rich_style("probes--ours" if ours else "probes--others", partial=True)
+        name = self.get_component_rich_style("probes--our-name", partial=True) if ours else ""
         return (
-            Text("●" if ours else "·", style="bold green" if ours else "dim"),
-            plain(event.full_name, style="bold" if ours else ""),
+            Text("●" if ours else "·", style=mark),
+            plain(event.full_name, style=name),
             plain(kind_of(event)),  # a str cell would be parsed as markup
             Text(f"{hits.hits:,}" if hits else "-", justify="right"),
             Text(f"{rate:,.0f}" if rate else "", justify="right"),  # blank when idle: quieter, steadier
@@ -261,10 +230,13 @@ class ProbesScreen(Screen):
         message.set_classes(kind)
         message.update(plain(text))
 
+    def _failed(self, exc: UserError) -> None:
+        self._say(str(exc), "error")
+
     # --- filter ------------------------------------------------------------------------------------
 
     def action_focus_filter(self) -> None:
-        self.query_one("#filter", Input).focus()
+        self.query_one(FilterBar).focus_now()
 
     @on(Input.Changed, "#filter")
     def _filter_changed(self, message: Input.Changed) -> None:
@@ -276,14 +248,14 @@ class ProbesScreen(Screen):
 
     @on(Input.Submitted, "#filter")
     def _filter_submitted(self) -> None:
-        self.query_one(DataTable).focus()
+        self.set_focus(self.query_one(DataTable))
 
     def action_back(self) -> None:
         table = self.query_one(DataTable)
         if not table.has_focus:
-            table.focus()
-        elif len(self.app.screen_stack) > 2:
-            self.app.pop_screen()
+            self.set_focus(table)
+        else:
+            self.post_message(Back())
 
     # --- actions -------------------------------------------------------------------------------------
 
@@ -300,11 +272,6 @@ class ProbesScreen(Screen):
                   f"press {key} again to {action} it anyway", "warning")
         return False
 
-    def _tailing_screen(self) -> EventsScreen | None:
-        """The events screen of this run that is recording, if one is open below us."""
-        return next((screen for screen in self.app.screen_stack
-                     if isinstance(screen, EventsScreen) and screen.session is not None and not screen.finished), None)
-
     @on(Button.Pressed, "#toggle")
     def action_toggle(self) -> None:
         """On or off in this run's instance (the top-level buffer is shared and left alone)."""
@@ -314,23 +281,18 @@ class ProbesScreen(Screen):
         if self.access is not None and self.access.lab and not self.access.can_tail:
             self._say(f"lab mode: recording is not permitted ({self.access.tail_reason})", "error")
             return
-        events_screen = self._tailing_screen()
-        if events_screen is None:  # nothing records yet: tailing it is what switches it on
+        tracing = self.tracing
+        if not tracing.recording:  # nothing records yet: tailing it is what switches it on
             self.action_tail()
             return
-        instance = events_screen.session.instance
-        group, name = event.group, event.event
-        try:
-            if (self.sample and "run" in self.sample.enabled.get(event.full_name, "")):
-                self.events.disable(group, name, where=instance.tracefs)
-                self._say(f"{event.full_name} off in {instance.name}")
-            else:
-                instance.enable(group, name)
-                if (group, name) not in events_screen.session.targets:
-                    events_screen.session.targets.append((group, name))
-                self._say(f"{event.full_name} on in {instance.name}: its events go to the events screen")
-        except UserError as exc:
-            self._say(str(exc), "error")
+        on = not tracing.is_on(event.group, event.event)
+        where = tracing.instance_name
+        said = (f"{event.full_name} on in {where}: its events go to the events screen" if on
+                else f"{event.full_name} off in {where}")
+        tracing.switch(event.group, event.event, on, then=lambda _: self._changed(said), failed=self._failed)
+
+    def _changed(self, said: str) -> None:
+        self._say(said)
         self.refresh_sample()
 
     @on(Button.Pressed, "#tail")
@@ -342,67 +304,49 @@ class ProbesScreen(Screen):
         if self.access is not None and not self.access.can_tail:
             self._say(f"tailing is not permitted: {self.access.tail_reason}", "error")
             return
-        events_screen = self._tailing_screen()
-        if events_screen is None:
-            self.app.push_screen(EventsScreen([event.full_name], self.tracefs))
-            return
-        if (event.group, event.event) not in events_screen.session.instance.enabled:
-            try:
-                events_screen.session.instance.enable(event.group, event.event)
-                events_screen.session.targets.append((event.group, event.event))
-            except UserError as exc:
-                self._say(str(exc), "error")
-                return
-        while self.app.screen is not events_screen:
-            self.app.pop_screen()
+        self.post_message(ShowEvents([event.full_name]))
 
     def action_events(self) -> None:
         """Back to the events screen that records, rather than a second one (there is one instance per run)."""
-        events_screen = self._tailing_screen()
-        if events_screen is None:
-            self.app.action_tail_all()
-            return
-        while self.app.screen is not events_screen:
-            self.app.pop_screen()
+        self.post_message(ShowEvents([]))
 
     @on(Button.Pressed, "#delete")
     def action_delete(self) -> None:
         event = self.current()
         if event is None or not self._writable(event, "delete", "d", f"sudo kprobe-tui del {event.full_name}"):
             return
-        try:
-            self.events.delete(event)  # disabled in every buffer of ours first
-        except UserError as exc:
-            self._say(str(exc), "error")
-            return
-        self._say(f"deleted {event.full_name}")
-        self.refresh_sample()
+        tracing = self.tracing
+        if tracing.is_on(event.group, event.event):  # off in our instance first, through the session that knows it
+            tracing.switch(event.group, event.event, False, then=lambda _: self._delete(event), failed=self._failed)
+        else:
+            self._delete(event)
+
+    def _delete(self, event: DynamicEvent) -> None:
+        self.work.queue("kernel", self.events.delete, event, then=lambda _: self._changed(f"deleted {event.full_name}"),
+                        failed=self._failed)
 
     @on(Button.Pressed, "#edit")
     def action_edit(self) -> None:
         event = self.current()
-        if event is None:
-            return
-        try:
-            target = edit_target(event, self.events.filter_of(event.group, event.event))
-        except UserError as exc:
-            self._say(str(exc), "error")
-            return
-        if not self._writable(event, "edit", "b", f"sudo kprobe-tui del {event.full_name}, then create it anew"):
-            return
-        app = self.app
-        kernel_catalog = getattr(app, "catalog", None) if getattr(app, "binary", None) is None else None
-        app.push_screen(EditBuilder(event, self.events, target, sources=getattr(app, "sources", None),
-                                    vmlinux=getattr(app, "vmlinux", None), catalog=kernel_catalog))
+        if event is not None:  # its filter read, and a uprobe's function found in the binary: off the UI thread
+            self.work.run("edit", self._edit_target, event, then=lambda target: self._edit(event, target),
+                          failed=self._failed)
+
+    def _edit_target(self, event: DynamicEvent) -> EditTarget:
+        return edit_target(event, self.events.filter_of(event.group, event.event))
+
+    def _edit(self, event: DynamicEvent, target: EditTarget) -> None:
+        if self._writable(event, "edit", "b", f"sudo kprobe-tui del {event.full_name}, then create it anew"):
+            self.post_message(EditProbe(event, target))
 
     def action_stats(self) -> None:
         """The statistics view of the highlighted probe."""
-        from kprobe_tui.tui.screens.stats import open_stats, probe_request
+        from kprobe_tui.tui.screens.stats import probe_request
 
         event = self.current()
         if event is None:
             return
         try:
-            open_stats(self.app, probe_request(event))
+            self.post_message(OpenStats(probe_request(event)))
         except UserError as exc:
             self._say(str(exc), "error")

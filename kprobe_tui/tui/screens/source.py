@@ -1,6 +1,6 @@
 """A function's source with its probeable lines, and the variables of the line under the cursor.
 
-The DWARF work runs in worker threads (a kernel unit takes a fraction of a second); the screen
+The DWARF work runs in workers (a kernel unit takes a fraction of a second: work.py); the screen
 only shows what the debuginfo core returns. Without DWARF (the usual kernel: no debug vmlinux
 installed) it falls back to the prototype from BTF, says in plain words what is missing, and
 still offers entry and return probes, whose arguments BTF names. Debug info or source text that
@@ -10,30 +10,31 @@ escape cancels it, and leaving the screen does too.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
 from rich.style import Style
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Static
 
 from kprobe_tui.debuginfo.debuginfod import Cancel, Client, Progress
 from kprobe_tui.debuginfo.describe import format_points
-from kprobe_tui.debuginfo.lines import LineSpec, find_line_range, source_text
+from kprobe_tui.debuginfo.lines import LineRange, LineSpec, SourceText, find_line_range, source_text
 from kprobe_tui.debuginfo.scope import DebugInfo, PointSpec, open_debuginfo
 from kprobe_tui.errors import UserError
-from kprobe_tui.tui.widgets.download_bar import DownloadBar
 from kprobe_tui.textsafe import printable
+from kprobe_tui.tui.navigation import Back, OpenBuilder
 from kprobe_tui.tui.plain import plain
+from kprobe_tui.tui.theming import LAYOUT
+from kprobe_tui.tui.widgets.download_bar import DownloadBar
 from kprobe_tui.tui.widgets.source_view import SourceView
+from kprobe_tui.tui.work import Background
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,8 @@ class SourceScreen(Screen):
     ``symbol`` is the name probes attach to (a clone such as ``foo.isra.0`` shows ``foo``'s source);
     ``prototype`` is asked, off the UI thread, only when there is no DWARF to show."""
 
+    CSS_PATH = LAYOUT
+    AUTO_FOCUS = "SourceView"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back"),
         Binding("enter", "probe_here", "Probe"),
@@ -84,36 +87,6 @@ class SourceScreen(Screen):
         Binding("a", "probe_all_variables", "All vars"),
         Binding("v", "toggle_verbose", "Where vars live"),
     ]
-    DEFAULT_CSS = """
-    SourceScreen #source-title { height: auto; padding: 0 1; background: $boost; }
-    SourceScreen #source-body { height: 1fr; }
-    SourceScreen SourceView { width: 2fr; }
-    SourceScreen #vars-pane { width: 1fr; min-width: 24; border-left: solid $primary; padding: 0 1; }
-    SourceScreen #fallback { height: 1fr; padding: 1 2; display: none; }
-    SourceScreen #prototype { height: auto; text-style: bold; margin-bottom: 1; }
-    SourceScreen #missing { height: auto; }
-    SourceScreen #kind-buttons { height: 1; margin-top: 1; }
-    SourceScreen #kind-buttons Button { margin-right: 2; }
-    """
-
-    class ProbeLine(Message):
-        """Enter or a click on a probeable line: build a probe there (``line`` counts from the
-        function's first line); ``variable``: a variable of the pane to capture."""
-
-        def __init__(self, function: str, line: int, variable: str | None = None) -> None:
-            super().__init__()
-            self.function = function
-            self.line = line
-            self.variable = variable
-
-    class ProbeFunction(Message):
-        """Entry or Return: a probe on the function itself (``kind`` is ``entry`` or ``return``)."""
-
-        def __init__(self, function: str, kind: str) -> None:
-            super().__init__()
-            self.function = function
-            self.kind = kind
-
     def __init__(self, target: DebugTarget, function: str, *, symbol: str | None = None,
                  prototype: Callable[[], str | None] | None = None) -> None:
         super().__init__()
@@ -127,9 +100,7 @@ class SourceScreen(Screen):
         self.verbose = False
         self.cursor_line = 0
         self.capturable: list[str] = []  # the cursor line's variables perf can fetch
-        # pyelftools reads through shared stream positions: one DWARF question at a time, even
-        # when a quick cursor leaves an earlier (uncancellable) thread worker still running
-        self._dwarf_lock = threading.Lock()
+        self.work = Background(self)
         self._download = Cancel()  # set: the debuginfod transfer of load() stops at once
         self.downloading = False
 
@@ -151,25 +122,29 @@ class SourceScreen(Screen):
     def on_mount(self) -> None:
         self.load()  # once: a screen popped back to keeps what it read
 
-    @work(thread=True, exclusive=True, group="source")
     def load(self) -> None:
-        client = Client(progress=lambda report: self.app.call_from_thread(self._show_download, report),
-                        cancel=self._download)
+        self.work.run("source", self._read, then=self._loaded, progress=self._show_download)
+
+    def _read(self, progress: Callable[[Progress], None]) -> tuple[DebugInfo, LineRange, SourceText] | tuple[UserError, str | None]:
+        """In a worker: the debug info (downloaded if need be), the function's lines and its source;
+        or why not, and the prototype to show instead."""
+        client = Client(progress=progress, cancel=self._download)
         try:
             info = self.target.open(debuginfod=client)
             found = find_line_range(info, LineSpec.parse(self.function))
-            text = source_text(info, found)
+            return info, found, source_text(info, found, debuginfod=client)
         except UserError as error:  # Cancelled too: what can still be probed, and that nothing was kept
-            prototype = self._prototype() if self._prototype is not None else None
-            self.app.call_from_thread(self._show_fallback, error, prototype)
-            return
-        self.app.call_from_thread(self._show_source, info, found, text)
+            return error, self._prototype() if self._prototype is not None else None
+
+    def _loaded(self, answer) -> None:
+        if isinstance(answer[0], UserError):
+            self._show_fallback(*answer)
+        else:
+            self._show_source(*answer)
 
     # --- debuginfod downloads ---------------------------------------------------------------------
 
     def _show_download(self, progress: Progress) -> None:
-        if not self.is_mounted:
-            return
         self.downloading = not progress.finished and not self._download.is_set()
         if self.downloading:
             self.query_one(DownloadBar).show(progress)
@@ -183,7 +158,7 @@ class SourceScreen(Screen):
             self.downloading = False
             self.query_one(DownloadBar).hide()
             return
-        self.app.pop_screen()
+        self.post_message(Back())
 
     def on_unmount(self) -> None:
         self._download.set()  # nobody will look at what it brings
@@ -211,7 +186,7 @@ class SourceScreen(Screen):
                      "and $retval on return.")
         hint = f"\n\nFor the source view and line probes: {error.hint}" if error.hint else ""
         self.query_one("#missing", Static).update(plain(f"{still}{hint}\n\nenter: entry probe   r: return probe   escape: back"))
-        self.query_one("#entry", Button).focus()
+        self.set_focus(self.query_one("#entry", Button))
         self.refresh_bindings()  # no variables to list or explain
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -236,7 +211,7 @@ class SourceScreen(Screen):
             lines = text.lines
         first = min(found.lines, default=found.start)
         view.show(lines, set(found.lines), found.offset, cursor=first)
-        view.focus()
+        self.set_focus(view)
 
     @on(SourceView.CursorMoved)
     def _cursor_moved(self, message: SourceView.CursorMoved) -> None:
@@ -249,24 +224,23 @@ class SourceScreen(Screen):
         self.query_one("#vars", Static).update("Reading variables…")
         self.load_variables(message.line)
 
-    @work(thread=True, exclusive=True, group="vars")
     def load_variables(self, line: int) -> None:
-        spec = PointSpec(self.function, line=line - self.decl_line)
-        capturable: list[str] = []
-        with self._dwarf_lock:
-            if line != self.cursor_line:
-                return  # the cursor moved on while we waited
-            try:
-                points = self.info.probe_points(spec)
-                text = format_points(spec, points, verbose=self.verbose)
-                # a name a probe cannot spell (debug info may hold any bytes) is listed, not a link
-                capturable = sorted({v.name for point in points for v in point.variables
-                                     if v.listed_by_perf and v.name.isidentifier() and v.name.isprintable()})
-            except UserError as error:
-                text = str(error)
-        self.app.call_from_thread(self._show_variables, line, text, capturable)
+        """The line's variables, in a worker: a quicker cursor's newer line drops an older answer."""
+        self.work.run("vars", self._variables_at, line, self.verbose, then=self._show_variables)
 
-    def _show_variables(self, line: int, text: str, capturable: list[str]) -> None:
+    def _variables_at(self, line: int, verbose: bool) -> tuple[int, str, list[str]]:
+        spec = PointSpec(self.function, line=line - self.decl_line)
+        try:
+            points = self.info.probe_points(spec)
+        except UserError as error:
+            return line, str(error), []
+        # a name a probe cannot spell (debug info may hold any bytes) is listed, not a link
+        capturable = sorted({v.name for point in points for v in point.variables
+                             if v.listed_by_perf and v.name.isidentifier() and v.name.isprintable()})
+        return line, format_points(spec, points, verbose=verbose), capturable
+
+    def _show_variables(self, answer: tuple[int, str, list[str]]) -> None:
+        line, text, capturable = answer
         if line == self.cursor_line:
             self.capturable = capturable
             self.query_one("#vars", Static).update(clickable_variables(text, set(capturable)))
@@ -278,7 +252,7 @@ class SourceScreen(Screen):
         if self.info is None or line not in self.query_one(SourceView).probeable:
             self.notify("This line has no probe point of its own: n / p jump to one that has.", severity="warning")
             return
-        self.post_message(self.ProbeLine(self.function, line - self.decl_line, variable))
+        self.post_message(OpenBuilder(self.function, line=line - self.decl_line, variable=variable))
 
     def action_probe_here(self) -> None:
         if self.fallback:
@@ -306,7 +280,7 @@ class SourceScreen(Screen):
         self.action_probe_function(event.button.id)
 
     def action_probe_function(self, kind: str) -> None:
-        self.post_message(self.ProbeFunction(self.symbol, kind))
+        self.post_message(OpenBuilder(self.symbol, kind=kind))
 
     def action_toggle_verbose(self) -> None:
         self.verbose = not self.verbose

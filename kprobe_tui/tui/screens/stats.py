@@ -2,7 +2,8 @@
 
 A view of the aggregation pipeline the CLI runs (``aggregate.run.AggregationRun``): the same
 targets, the same engines, the same ``Result``. The run is started, sampled once a second and
-stopped off the UI thread (``StatsRunner``); samples come back with ``call_from_thread``. Whatever
+stopped off the UI thread by one long-lived worker (``StatsRunner.loop`` in the ``runs`` lane); its
+news comes back as the worker's progress reports, on the UI thread. Whatever
 the view starts (probes, an instance, triggers, synthetic events) goes when it closes. Changing
 the key, the value or the buckets starts a new run (the kernel engine's triggers are made for one
 question); interval or cumulative is only a choice of what to show.
@@ -16,7 +17,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from functools import partial
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -34,9 +34,12 @@ from kprobe_tui.aggregate.text import stats_line
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.events import DynamicEvent, Events
+from kprobe_tui.probes.edit import edit_target
+from kprobe_tui.tui.navigation import Back
 from kprobe_tui.tui.plain import plain
-from kprobe_tui.tui.screens.probes import edit_target
+from kprobe_tui.tui.theming import LAYOUT
 from kprobe_tui.tui.widgets.stats_table import StatsTable
+from kprobe_tui.tui.work import Background
 
 REFRESH_SECONDS = 1.0
 RATE_SECONDS = 60  # sparkline history, as the events screen keeps it
@@ -160,42 +163,42 @@ def nice_linear(low: int | None, high: int | None, buckets: int = LINEAR_BUCKETS
     return Linear(start, end, step)
 
 
-class StatsRunner:
-    """A thread of its own starts the view's runs, samples them once a second and stops them, in turn.
+def _drop(_news: tuple) -> None:
+    pass
 
-    The thread exists before a run starts, so the run leaves it out with our other threads
-    (``common_pid != tid``): a worker thread per sample would be new each time, and sampling
+
+class StatsRunner:
+    """One worker starts the view's runs, samples them once a second and stops them, in turn.
+
+    The worker's thread exists before a run starts, so the run leaves it out with our other threads
+    (``common_pid != tid``): a worker per sample would be a new thread each time, and sampling
     ``latency vfs_read`` reads hist files with vfs_read, which would count our own reads. What
-    happens is told to ``report(kind, generation, *details)`` from this thread: ``started`` (the
+    happens is told to ``report((kind, generation, details))`` from the worker: ``started`` (the
     choice, what a glob left out), ``sampled`` (a Sample, the hit rates) or ``failed`` (a message).
     """
 
-    def __init__(self, sources, report: Callable[..., None], alive: Callable[[], bool]) -> None:
+    def __init__(self, sources, alive: Callable[[], bool]) -> None:
         """``alive``: False once the app is gone (then the run stops, as on close)."""
         self.sources = sources
-        self.report = report
         self.alive = alive
+        self.report: Callable[[tuple], None] = _drop
         self.run: AggregationRun | None = None
+        self.native_id: int | None = None  # the worker's thread, once it runs
         self.closed = threading.Event()  # set once everything the view made is gone
         self._asks: queue.SimpleQueue = queue.SimpleQueue()  # (generation, request), or None: close
-        self._thread = threading.Thread(target=self._loop, name="kprobe-tui stats")
-
-    @property
-    def native_id(self) -> int | None:
-        return self._thread.native_id
 
     def ask(self, generation: int, request: StatsRequest) -> None:
         """Replace the run by one for ``request`` (asks queued meanwhile: only the newest runs)."""
-        if self._thread.ident is None:
-            self._thread.start()
         self._asks.put((generation, request))
 
     def close(self) -> None:
-        """Stop the run and remove what it made, in the runner's thread (the caller does not wait)."""
-        if self._thread.ident is None:
-            self.closed.set()
-        else:
-            self._asks.put(None)
+        """Stop the run and remove what it made, in the worker (the caller does not wait)."""
+        self._asks.put(None)
+
+    def loop(self, progress: Callable[[tuple], None]) -> None:
+        """The worker's body, for the screen's life."""
+        self.report, self.native_id = progress, threading.get_native_id()
+        self._loop()
 
     def _loop(self) -> None:
         generation, due = 0, None  # due: when the next sample is taken (None: no run to sample)
@@ -231,19 +234,19 @@ class StatsRunner:
             run = AggregationRun(top, request.aggregation(), targets, engine=request.engine)
             run.start()
         except UserError as exc:
-            self.report("failed", generation, str(exc))
+            self.report(("failed", generation, (str(exc),)))
             return False
         self.run = run
-        self.report("started", generation, run.choice, targets.skipped)
+        self.report(("started", generation, (run.choice, targets.skipped)))
         return True
 
     def _sample(self, generation: int) -> bool:
         try:
             sample = self.run.sample()
         except UserError as exc:
-            self.report("failed", generation, str(exc))
+            self.report(("failed", generation, (str(exc),)))
             return False
-        self.report("sampled", generation, sample, list(self.run.rates))
+        self.report(("sampled", generation, (sample, list(self.run.rates))))
         return True
 
     def _stop(self) -> None:
@@ -255,16 +258,7 @@ class StatsRunner:
 class StatsScreen(Screen):
     """``StatsScreen(request, sources)`` runs it; ``StatsScreen.replay(...)`` shows a fixed sample."""
 
-    DEFAULT_CSS = """
-    StatsScreen #title { height: 1; padding: 0 1; background: $panel; text-wrap: nowrap; text-overflow: ellipsis; }
-    StatsScreen #engine { height: auto; max-height: 3; padding: 0 1; color: $text-muted; }
-    StatsScreen #engine.error { color: $error; max-height: 4; }
-    StatsScreen #rate-row { height: 1; }
-    StatsScreen #rate { width: 20; padding: 0 1; text-wrap: nowrap; }
-    StatsScreen #rate-row Sparkline { width: 1fr; height: 1; }
-    StatsScreen StatsTable { height: 1fr; padding: 0 1; }
-    StatsScreen #summary { height: auto; max-height: 2; padding: 0 1; background: $panel; }
-    """
+    CSS_PATH = LAYOUT
     BINDINGS = [
         Binding("k", "cycle('key')", "Key"),
         Binding("v", "cycle('value')", "Value"),
@@ -277,6 +271,7 @@ class StatsScreen(Screen):
         super().__init__()
         self.request = request
         self.sources = sources
+        self.work = Background(self)
         self.runner: StatsRunner | None = None
         self.interval = False  # show the last second (True) or everything since the start
         self.sample: Sample | None = None
@@ -305,8 +300,9 @@ class StatsScreen(Screen):
 
     def on_mount(self) -> None:
         if self.sources is not None:
-            app = self.app  # the runner's thread has no active app of its own
-            self.runner = StatsRunner(self.sources, partial(self._report, app), lambda: app.is_running)
+            app = self.app
+            self.runner = StatsRunner(self.sources, lambda: app.is_running)
+            self.work.run("runs", self.runner.loop, progress=self._news)
             self._restart()
         self._show()
 
@@ -321,12 +317,9 @@ class StatsScreen(Screen):
         self.runner.ask(self._generation, self.request)
         self._show()
 
-    def _report(self, app, kind: str, generation: int, *details) -> None:
-        """From the runner's thread: the news goes to the UI thread (dropped once the app is gone)."""
-        try:
-            app.call_from_thread(getattr(self, f"_{kind}"), generation, *details)
-        except RuntimeError:
-            pass
+    def _news(self, news: tuple) -> None:
+        kind, generation, details = news
+        getattr(self, f"_{kind}")(generation, *details)
 
     # --- results (UI thread) --------------------------------------------------------------------------
 
@@ -418,16 +411,9 @@ class StatsScreen(Screen):
         self._show()
 
     def action_close(self) -> None:
-        self.dismiss()
+        self.post_message(Back())
 
 
-def open_stats(app, request: StatsRequest) -> None:
-    """The statistics view, or in lab mode the command an administrator runs (copied, OSC 52)."""
-    access = getattr(app, "access", None)
-    if access is not None and access.lab:
-        command = shlex.join(["sudo", *request.command()])
-        app.copy_to_clipboard(command)
-        app.notify(f"lab mode: {access.reason}. Copied for an administrator: {command}", title="Statistics",
-                   severity="warning", timeout=30)
-        return
-    app.push_screen(StatsScreen(request, app.sources))
+def handoff(request: StatsRequest) -> str:
+    """In lab mode: the command an administrator runs instead (quoted: it parses back to its words)."""
+    return shlex.join(["sudo", *request.command()])

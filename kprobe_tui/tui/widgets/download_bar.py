@@ -16,11 +16,6 @@ from kprobe_tui.debuginfo.debuginfod import Progress
 
 
 class DownloadBar(Vertical):
-    DEFAULT_CSS = """
-    DownloadBar { height: auto; padding: 0 1; display: none; }
-    DownloadBar ProgressBar { width: 1fr; }
-    DownloadBar ProgressBar Bar { width: 1fr; }
-    """
 
     report: Progress | None = None  # the last one shown
 

@@ -11,6 +11,7 @@ from rich.segment import Segment
 from textual.binding import Binding
 from textual.geometry import Size
 from textual.message import Message
+from textual.reactive import reactive
 from textual.strip import Strip
 
 from kprobe_tui.stream.parser import FAULT, Event
@@ -39,12 +40,6 @@ def quoted(value) -> str:
 class EventTable(CursorView):
     """Rows of an ``EventStore``; ``rows_changed()`` after the store grows or its filter changes."""
 
-    DEFAULT_CSS = """
-    EventTable > .event-table--header { text-style: bold; color: $text-muted; }
-    EventTable > .event-table--cursor { background: $primary 35%; }
-    EventTable:focus > .event-table--cursor { background: $primary 60%; }
-    EventTable > .event-table--raw { color: $warning; }
-    """
     COMPONENT_CLASSES = {"event-table--header", "event-table--cursor", "event-table--raw"}
     header_lines = 1
     BINDINGS = [
@@ -66,11 +61,15 @@ class EventTable(CursorView):
             super().__init__()
             self.following = following
 
+    following: reactive[bool] = reactive(True, repaint=False, init=False)  # the cursor rides the newest row
+    absolute_time: reactive[bool] = reactive(False, init=False)  # every row's time changes: all repainted
+
+    def watch_following(self, following: bool) -> None:
+        self.post_message(self.FollowChanged(following))
+
     def __init__(self, store: EventStore, **kwargs) -> None:
         super().__init__(**kwargs)
         self.store = store
-        self.following = True
-        self.absolute_time = False
         self.base_time: float | None = None  # relative times count from the first event seen
         self._visible_key: tuple | None = None
         self._visible: tuple[list[Event], list[tuple[str, int]] | None] = ([], None)
@@ -185,9 +184,7 @@ class EventTable(CursorView):
             self.post_message(self.Highlighted(self.current))
 
     def _follow(self, following: bool) -> None:
-        if following != self.following:
-            self.following = following
-            self.post_message(self.FollowChanged(following))
+        self.following = following  # FollowChanged when it changes (watch_following)
 
     def action_move(self, delta: int) -> None:
         """Moving onto the newest row follows again; any other move stops following."""
@@ -204,4 +201,3 @@ class EventTable(CursorView):
 
     def action_toggle_time(self) -> None:
         self.absolute_time = not self.absolute_time
-        self.refresh()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
@@ -19,15 +20,14 @@ from kprobe_tui.textsafe import printable
 
 LABEL_WIDTH = 9
 COPYABLE = ("tracefs", "perf", "bpftrace")  # row labels whose text the copy keys take
+STYLED = ("error", "hint", "warning", "note", "admin")  # row labels with a colour of their own
 
 
 class ProbePreview(Static):
-    """Labelled rows beside their label; errors in the error colour, the offending token reversed."""
+    """Labelled rows beside their label; errors in the error colour, the offending token reversed
+    (the colours are the theme's: component classes, in themes/default.tcss)."""
 
-    DEFAULT_CSS = """
-    ProbePreview { padding: 0 1; }
-    """
-    _STYLES: ClassVar[dict[str, str]] = {"error": "bold red", "hint": "yellow", "warning": "bold yellow", "note": "dim", "admin": "cyan"}
+    COMPONENT_CLASSES: ClassVar[set[str]] = {f"probe-preview--{kind}" for kind in (*STYLED, "mark")}
 
     def __init__(self, **kwargs) -> None:
         super().__init__("compiling…", **kwargs)
@@ -40,22 +40,30 @@ class ProbePreview(Static):
         if self.preview is not None:
             self.show(self.preview)
 
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        if self.preview is not None:  # another theme: the rows again, in its colours
+            self.show(self.preview)
+
+    def _style(self, kind: str) -> Style:
+        return self.get_component_rich_style(f"probe-preview--{kind}", partial=True)
+
     def show(self, preview: Preview) -> None:
         self.preview = preview
         table = Table.grid(padding=(0, 1))
         table.add_column(width=LABEL_WIDTH - 1, no_wrap=True)
         table.add_column(ratio=1, overflow="fold")
         for label, line in preview.lines():
-            style = self._STYLES.get(label, "")
+            style = self._style(label) if label in STYLED else Style()
             text = Text(style=style if label in ("error", "warning", "admin") else "")
             if label == "at" and preview.mark is not None:  # the marked token, each side escaped on its own
                 start, end = preview.mark.start, max(preview.mark.end, preview.mark.start + 1)
                 text.append(printable(line[:start]))
-                text.append(printable(line[start:end]), style="reverse bold red")
+                text.append(printable(line[start:end]), style=self._style("mark"))
                 text.append(printable(line[end:]))
             else:  # paths, symbol names, typed text and kernel messages: data, escaped
                 text.append(printable(line))
             if self.compact and label in (*COPYABLE, ""):
                 text.truncate(max(self.content_size.width - LABEL_WIDTH, 20), overflow="ellipsis")
-            table.add_row(Text(label, style=f"bold {style}".strip()), text)
+            table.add_row(Text(label, style=Style(bold=True) + style), text)
         self.update(table)

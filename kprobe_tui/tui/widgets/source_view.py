@@ -27,13 +27,6 @@ class SourceView(ScrollView, can_focus=True):
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {"source-view--probeable", "source-view--number", "source-view--cursor",
                          "source-view--dim"}
-    DEFAULT_CSS = """
-    SourceView > .source-view--probeable { color: $text; text-style: bold; }
-    SourceView > .source-view--number { color: $success; text-style: bold; }
-    SourceView > .source-view--dim { color: $text-muted; }
-    SourceView > .source-view--cursor { background: $primary 40%; }
-    SourceView:focus > .source-view--cursor { background: $primary 65%; }
-    """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("up,k", "move(-1)", "Up", show=False),
         Binding("down,j", "move(1)", "Down", show=False),

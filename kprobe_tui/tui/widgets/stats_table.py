@@ -88,7 +88,6 @@ def result_rows(result: Result | None, linear: bool, width: int, height: int) ->
 class StatsTable(Widget):
     """The current result, redrawn to the widget's size (the bars take the width that is left)."""
 
-    DEFAULT_CSS = "StatsTable { height: 1fr; }"
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)

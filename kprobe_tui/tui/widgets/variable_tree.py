@@ -27,9 +27,6 @@ MAX_NAME, MAX_TYPE = 20, 24  # column widths beyond which a long name or type ju
 class VariableTree(Tree[VariableNode]):
     """Variables and their members; a row's label starts with its name (then type, where, read as)."""
 
-    DEFAULT_CSS = """
-    VariableTree { height: 1fr; padding: 0; }
-    """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("space", "select_cursor", "Tick", show=False),
         Binding("right", "expand", "Expand", show=False),
