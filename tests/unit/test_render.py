@@ -72,3 +72,35 @@ def test_bpftrace_reads_parameters_at_kernel_function_exit_through_fexit():
     assert "cannot read" not in line
     user = parse_spec(["work%return", "n", "$retval"], binary="/bin/true")
     assert bpftrace_oneliner(user).endswith("# bpftrace cannot read: n")  # uretprobes have no args
+
+
+def _perf(words: list[str]):
+    from dataclasses import replace
+
+    return replace(parse_spec(words), dialect="perf")
+
+
+def test_perf_dialect_names_events_as_perf_probe_does():
+    """probe_trace_event__set_name / get_new_event_name: cut at the first '.' or '@', _L only for FUNC:LINE."""
+    assert default_event_name(_perf(["foo.isra.0"])) == "foo"
+    assert default_event_name(_perf(["main:12"])) == "main_L12"
+    assert default_event_name(_perf(["main+8"])) == "main"
+    assert default_event_name(_perf(["main;x = *"])) == "main"
+    assert default_event_name(_perf(["tcp_recvmsg%return"])) == "tcp_recvmsg__return"
+    assert default_event_name(_perf(["prog.c:12"]), function="work") == "work"
+    assert default_event_name(_perf(["0x1129"])) == "abs_1129"
+    assert default_event_name(_perf(["ev=main"])) == "ev"
+
+
+def test_perf_dialect_names_and_types_arguments_as_perf_probe_does():
+    """perf names a C variable by its spelling (``flags:x`` -> flags_x) or its last member; raw fetch-args are
+    written unnamed (the kernel calls them argN), untyped $retval stays untyped."""
+    spec = _perf(["do_sys_openat2%return", "$retval", "fd=%ax:s32", "+0(%si):string", "%di"])
+    probe = compile_raw(spec, "probe")
+    assert probe.definition() == "r:probe/do_sys_openat2__return do_sys_openat2+0 $retval fd=%ax:s32 +0(%si):string %di"
+    assert [a.name for a in probe.args] == ["arg1", "fd", "arg3", "arg4"]
+    typed = compile_raw(_perf(["do_sys_openat2%return", "$retval:x"]), "probe")
+    assert typed.definition().endswith(" $retval:x64")  # a register is 64 bits wide
+    args = [parse_arg(t) for t in ("flags:x", "sk->sk_state", "rec->scores[2]", "buf[1]")]
+    names = [f.name for f in name_fetch_args(((a, *_default(a), None) for a in args), perf=True)]
+    assert names == ["flags_x", "sk_state", "scores", "buf"]
