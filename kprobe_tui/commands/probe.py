@@ -21,13 +21,11 @@ from kprobe_tui.probes.render import bpftrace_oneliner, perf_command, tracefs_co
 from kprobe_tui.probes.spec import DEFAULT_PERSISTENT_GROUP, ProbeSpec, check_group, parse_spec
 
 
+OPTIONS = frozenset({"binary", "vmlinux", "module", "source_dir"})
+
+
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("probe", help="define a kprobe/uprobe/fprobe (perf probe syntax)")
-    target = parser.add_mutually_exclusive_group()
-    target.add_argument("-x", "--exec", dest="binary", metavar="BIN", help="uprobe in this executable or library")
-    target.add_argument("-k", "--vmlinux", metavar="VMLINUX", help="kernel debug info (DWARF) for C-level args")
-    target.add_argument("-m", "--module", metavar="MODULE",
-                        help="the function is in this kernel module (a loaded module's name, or a module file)")
     parser.add_argument("--fprobe", action="store_true", help="an fprobe (f:) on kernel function entry or %%return")
     parser.add_argument("--group", "-g", default=DEFAULT_PERSISTENT_GROUP, help="event group (default: %(default)s)")
     parser.add_argument("--filter", "-f", metavar="EXPR", help="event filter, e.g. 'len > 100'")

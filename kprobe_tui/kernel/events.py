@@ -66,6 +66,30 @@ class DynamicEvent:
     def control_file(self) -> str:
         return "uprobe_events" if self.is_uprobe else _KIND_FILE.get(self.prefix, "dynamic_events")
 
+    @property
+    def place(self) -> str:
+        """Where it fires, as the kernel shows it: ``func+0``, ``9p:v9fs_read+8``, ``/bin/bash:0x00..4e0``."""
+        words = self.definition.split()
+        return words[1] if len(words) > 1 else ""
+
+    @property
+    def binary(self) -> str | None:
+        """The file a uprobe is on; None for kernel probes."""
+        return re.sub(r"\(0x[0-9a-fA-F]+\)$", "", self.place).rpartition(":")[0] if self.is_uprobe else None
+
+    @property
+    def module(self) -> str | None:
+        """The kernel module a kprobe's place names (``MODULE:symbol+off``); None for the core kernel."""
+        if self.is_uprobe or ":" not in self.place:
+            return None
+        return self.place.split(":", 1)[0]
+
+    def is_on(self, binary: str | None = None, module: str | None = None) -> bool:
+        """Whether it is on this program or library (resolved, as uprobe_events names it) or this module."""
+        if binary is not None and self.binary != os.path.realpath(binary):
+            return False
+        return module is None or self.module == module
+
     def to_json(self) -> dict:
         return {"group": self.group, "event": self.event, "kind": self.prefix, "uprobe": self.is_uprobe,
                 "owner": self.owner, "definition": self.definition}
