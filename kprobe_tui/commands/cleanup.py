@@ -7,7 +7,7 @@ from kprobe_tui.kernel.events import Events
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("cleanup", help="remove probe groups and trace instances of dead kprobe-tui runs")
+    parser = subparsers.add_parser("cleanup", help="remove probes, triggers, synthetic events and trace instances of dead kprobe-tui runs")
     parser.add_argument("--dry-run", "-n", action="store_true", help="only say what would be removed")
     parser.set_defaults(run=run)
 
@@ -17,9 +17,8 @@ def run(args) -> int:
     if args.dry_run:
         for name in events.stale_instances():
             print(f"would remove instance {name}")
-        for group in events.stale_groups():
-            for event in events.events_in(group):
-                print(f"would remove {event.full_name}")
+        for event in events.stale_events():
+            print(f"would remove {event.full_name}")
         return 0
     instances, removed = events.cleanup()
     for name in instances:

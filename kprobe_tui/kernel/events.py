@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import lifetime, registry
 from kprobe_tui.kernel.tracefs import KernelRefused, Tracefs
+from kprobe_tui.kernel.triggers import SYNTHETIC_GROUP, remove_run_triggers, scoped_run
 from kprobe_tui.probes.render import unique_name
 from kprobe_tui.probes.spec import DEFAULT_PERSISTENT_GROUP, MAX_EVENT_NAME_LEN, CompiledProbe
 
@@ -45,6 +46,11 @@ def owner_of(group: str, made: bool = False) -> str:
     return PERSISTENT if made else OTHERS
 
 
+def instance_run(name: str) -> str | None:
+    """The run an instance belongs to: its own name (``kptui_<pid>``), or a run's ``scoped_name``."""
+    return name if lifetime.is_run_scoped(name) else scoped_run(name)
+
+
 @dataclass(frozen=True)
 class DynamicEvent:
     """One line of dynamic_events (or kprobe_events/uprobe_events on kernels without it)."""
@@ -62,6 +68,9 @@ class DynamicEvent:
 
     @property
     def owner(self) -> str:
+        if self.group == SYNTHETIC_GROUP:  # one group for everyone's: the name says whose
+            run = scoped_run(self.event)
+            return owner_of(run) if run else OTHERS
         return owner_of(self.group, self.made)
 
     @property
@@ -285,10 +294,11 @@ class Events:
         registry.forget(group, event)
 
     def _buffers(self) -> list[Tracefs]:
-        """The top-level buffer, this run's instance and stale runs' instances: where our events may be on."""
+        """The top-level buffer, this run's instances and stale runs' instances: where our events may be on."""
         buffers = [self.tracefs]
         for name in self._instance_names():
-            if name == lifetime.own_name() or lifetime.is_stale(name):
+            run = instance_run(name)
+            if run is not None and (run == lifetime.own_name() or lifetime.is_stale(run)):
                 buffers.append(Tracefs(self.tracefs.path(f"instances/{name}")))
         return buffers
 
@@ -297,25 +307,34 @@ class Events:
 
     # -- cleanup -------------------------------------------------------------------------------
 
+    def stale_events(self) -> list[DynamicEvent]:
+        """Probes and synthetic events of dead runs."""
+        return [e for e in self.list() if e.owner == STALE]
+
     def stale_groups(self) -> list[str]:
-        return sorted({e.group for e in self.list() if e.owner == STALE})
+        """Probe groups of dead runs (synthetic events share one group with everyone's: not listed)."""
+        return sorted({e.group for e in self.stale_events() if e.group != SYNTHETIC_GROUP})
 
     def stale_instances(self) -> list[str]:
-        return [name for name in self._instance_names() if lifetime.is_stale(name)]
+        return [name for name in self._instance_names() if (run := instance_run(name)) and lifetime.is_stale(run)]
 
     def cleanup(self) -> tuple[list[str], list[DynamicEvent]]:
-        """Remove what dead runs left: their instances first (that disables events in them), then groups,
+        """Remove what dead runs left: their triggers, then their instances (that disables events in
+        them), then their probes and synthetic events (the kernel refuses those while a trigger is on),
         then the lock files of dead runs that left nothing (``lifetime``)."""
         instances = self.stale_instances()
         for name in instances:
+            remove_run_triggers(self.tracefs, name, instance_run(name))
             try:
                 os.rmdir(self.tracefs.path(f"instances/{name}"))
             except OSError as exc:
                 raise UserError(f"cannot remove instance {name}: {exc.strerror}", "is something reading its trace_pipe?") from exc
         removed: list[DynamicEvent] = []
-        for group in self.stale_groups():
-            removed += self.delete_group(group)
-        left = {event.group for event in self.list()} | set(self._instance_names())
+        for event in self.stale_events():
+            self.delete(event)
+            removed.append(event)
+        left = {instance_run(name) for name in self._instance_names()}
+        left |= {scoped_run(e.event) if e.group == SYNTHETIC_GROUP else e.group for e in self.list()}
         for name in lifetime.dead_runs():
             if name not in left:
                 lifetime.forget(name)

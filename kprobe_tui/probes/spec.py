@@ -461,6 +461,7 @@ class CompiledProbe:
     function: str | None = None  # the function symbol the place is in
     function_offset: int = 0  # bytes from that symbol (bpftrace and perf name places this way)
     notes: tuple[str, ...] = ()  # what a learner should know: prologue skipped, inlined copy, ...
+    maxactive: int | None = None  # a kretprobe: how many calls may be inside the function at once
 
     @property
     def control_file(self) -> str:
@@ -478,7 +479,8 @@ class CompiledProbe:
     def definition(self) -> str:
         """The line written to tracefs (kprobetrace.rst / uprobetracer.rst / fprobetrace.rst)."""
         place = self.place + ("%return" if self.spec.kind == "fprobe" and self.spec.is_return else "")
-        words = [f"{self.prefix}:{self.group}/{self.event}", place, *(a.render() for a in self.args)]
+        active = self.maxactive if self.prefix == "r" and self.maxactive and not self.spec.is_uprobe else ""
+        words = [f"{self.prefix}{active}:{self.group}/{self.event}", place, *(a.render() for a in self.args)]
         return " ".join(words)
 
     def check(self) -> CompiledProbe:

@@ -3,10 +3,12 @@
     comm == "sshd" && len > 100 || event ~ "tcp_*"
 
 Fields are the event header (time, cpu, comm, pid, tgid, flags, event, site) and the probe's
-arguments by name. Operators: ``== != < <= > >=`` and ``~`` (glob), joined by ``&& || !`` and
-parentheses; values are numbers (decimal or 0x hex, may be negative) or quoted strings. The
-same expression is offered to each tailed event's ``filter`` file when the kernel's own filter
-language can say it for that event, so unwanted events are dropped before they are copied to us.
+arguments by name; ``ntohs(FIELD)`` and ``ntohl(FIELD)`` read a 16- or 32-bit field in network
+byte order (a port, an address). Operators: ``== != < <= > >=`` and ``~`` (glob), joined by
+``&& || !`` and parentheses; values are numbers (decimal or 0x hex, may be negative) or quoted
+strings. The same expression is offered to each tailed event's ``filter`` file when the kernel's
+own filter language can say it for that event, so unwanted events are dropped before they are
+copied to us: ``ntohs(dport) == 53`` goes down as ``dport == 13568``, the constant swapped.
 """
 
 from __future__ import annotations
@@ -31,6 +33,21 @@ KERNEL_HEADER = {"pid": "common_pid", "comm": "comm", "cpu": "CPU"}
 MAX_COMPARISONS = 200
 MAX_NESTING = 32
 
+# Network-to-host byte order conversions a field may be wrapped in, and the width each swaps.
+BYTE_ORDER_BITS = {"ntohs": 16, "ntohl": 32}
+
+
+def swap_bytes(value: int, transform: str) -> int:
+    """``ntohs``/``ntohl`` of a value as x86 reads it: the low 16 or 32 bits, bytes reversed."""
+    width = BYTE_ORDER_BITS[transform] // 8
+    return int.from_bytes((value & ((1 << (width * 8)) - 1)).to_bytes(width, "little"), "big")
+
+
+def split_transform(text: str) -> tuple[str, str | None]:
+    """``ntohs(dport)`` -> ("dport", "ntohs"); a bare name -> (name, None)."""
+    match = re.fullmatch(r"\s*(ntohs|ntohl)\(\s*([^()\s]+)\s*\)\s*", text)
+    return (match[2], match[1]) if match else (text.strip(), None)
+
 
 class FilterError(UserError):
     """A filter that does not parse; ``position`` is the offending column in ``text``."""
@@ -47,6 +64,7 @@ class Compare:
     op: str
     value: int | float | str
     position: int
+    transform: str | None = None  # "ntohs"/"ntohl": the field is compared byte-swapped
 
 
 @dataclass(frozen=True)
@@ -152,7 +170,16 @@ class _Parser:
         if kind != "name":
             what = "end of filter" if kind == "end" else repr(value)
             raise FilterError(self.text, pos, f"expected a field name, found {what}")
-        field, field_pos = value, pos
+        field, field_pos, transform = value, pos, None
+        if field in BYTE_ORDER_BITS and self.peek()[:2] == ("op", "("):
+            self.take()
+            kind, field, pos = self.take()
+            if kind != "name":
+                raise FilterError(self.text, pos, f"{value}() takes a field name, e.g. {value}(dport)")
+            kind, closing, pos = self.take()
+            if (kind, closing) != ("op", ")"):
+                raise FilterError(self.text, pos, "expected )")
+            transform = value
         kind, op, pos = self.take()
         if kind != "op" or op not in COMPARATORS:
             what = "end of filter" if kind == "end" else repr(op)
@@ -165,7 +192,7 @@ class _Parser:
             raise FilterError(self.text, pos, f"expected a number or a quoted string, found {what}")
         if op == "~" and kind != "str":
             raise FilterError(self.text, pos, "~ matches a glob: give a quoted string")
-        return Compare(field, op, literal, field_pos)
+        return Compare(field, op, literal, field_pos, transform)
 
 
 def parse(text: str) -> Node:
@@ -197,8 +224,13 @@ class _Fields:
 
 
 def _compare(node: Compare) -> Callable[[_Fields], bool]:
-    field, op, literal = node.field, node.op, node.value
-    getter = (lambda row: row.get(field))
+    field, op, literal, transform = node.field, node.op, node.value, node.transform
+    if transform:
+        def getter(row):
+            value = row.get(field)
+            return swap_bytes(value, transform) if isinstance(value, int) else None
+    else:
+        getter = (lambda row: row.get(field))
     if op == "~":
         return lambda ev: (v := getter(ev)) is not None and v is not FAULT and fnmatchcase(str(v), literal)
     if isinstance(literal, str):
@@ -261,14 +293,16 @@ def _specialise(node: Node, event: str, fields: dict[str, str]) -> Node:
     return node
 
 
-def _kernel_text(node: Node, fields: dict[str, str]) -> str:
+def _kernel_text(node: Node, fields: dict[str, str], layout: dict[str, tuple[int, bool]]) -> str:
     """Kernel filter text for ``node``; raises ValueError naming what the kernel cannot say."""
     if isinstance(node, BoolOp):
-        return f"({_kernel_text(node.left, fields)} {node.op} {_kernel_text(node.right, fields)})"
+        return f"({_kernel_text(node.left, fields, layout)} {node.op} {_kernel_text(node.right, fields, layout)})"
     if isinstance(node, Not):
-        return f"!({_kernel_text(node.operand, fields)})"
+        return f"!({_kernel_text(node.operand, fields, layout)})"
     if isinstance(node, Const):
         raise ValueError("a constant")
+    if node.transform:
+        return _swapped_kernel_text(node, fields, layout)
     name = node.field
     if name in fields:
         if name in KERNEL_HEADER:
@@ -288,6 +322,26 @@ def _kernel_text(node: Node, fields: dict[str, str]) -> str:
     raise ValueError(f"{name} {node.op} {literal!r} is not a kernel comparison for a {kind} field")
 
 
+def _swapped_kernel_text(node: Compare, fields: dict[str, str], layout: dict[str, tuple[int, bool]]) -> str:
+    """``ntohs(f) == N`` as ``f == swapped(N)``: only equality survives a byte swap, and only on a field
+    exactly as wide as the swap (a wider one has other bytes the swap drops)."""
+    said = f"{node.transform}({node.field}) {node.op} {node.value!r}"
+    bits = BYTE_ORDER_BITS[node.transform]
+    if fields.get(node.field) != "num" or node.field not in layout:
+        raise ValueError(f"{said}: the kernel has no numeric field {node.field!r} of known width")
+    size, signed = layout[node.field]
+    if size * 8 != bits:
+        raise ValueError(f"{said}: {node.field} is {size * 8} bits wide, {node.transform} swaps {bits}")
+    if node.op not in ("==", "!=") or not isinstance(node.value, int):
+        raise ValueError(f"{said}: byte-swapped values keep no order, only == and != go to the kernel")
+    if not 0 <= node.value < 1 << bits:
+        raise ValueError(f"{said}: {node.value} does not fit in {bits} bits")
+    raw = swap_bytes(node.value, node.transform)
+    if signed and raw >= 1 << (bits - 1):
+        raw -= 1 << bits  # the kernel compares a signed field sign-extended
+    return f"{node.field} {node.op} {raw}"
+
+
 @dataclass
 class PushDown:
     """Per event: the kernel filter text to write, or why the view alone applies the filter."""
@@ -297,11 +351,13 @@ class PushDown:
     never: list[str]  # events the filter can never match (their events are dropped in the view)
 
 
-def push_down(node: Node, event_fields: dict[str, dict[str, str] | None]) -> PushDown:
+def push_down(node: Node, event_fields: dict[str, dict[str, str] | None],
+              event_layouts: dict[str, dict[str, tuple[int, bool]]] | None = None) -> PushDown:
     """Which part of the filter the kernel can apply, for each event ``name -> {field: kind}``.
 
     ``kind`` is "num", "str" or "other" (arrays, chars printed as text): see ``field_kinds``;
     None when the event's format could not be read (the view alone filters it).
+    ``event_layouts`` gives each event's ``field_layout`` (for ``ntohs``/``ntohl``).
     """
     result = PushDown({}, {}, [])
     for event, fields in event_fields.items():
@@ -316,10 +372,18 @@ def push_down(node: Node, event_fields: dict[str, dict[str, str] | None]) -> Pus
                 result.never.append(event)
             continue
         try:
-            result.kernel[event] = _kernel_text(specialised, fields)
+            result.kernel[event] = _kernel_text(specialised, fields, (event_layouts or {}).get(event, {}))
         except ValueError as exc:
             result.view_only[event] = str(exc)
     return result
+
+
+_FIELD_LINE = re.compile(r"^\s*field:(?P<decl>[^;]*?)\s*(?P<name>[A-Za-z_]\w*)(?:\[\d*\])?;\s*offset:\d+;\s*size:(?P<size>\d+);\s*signed:(?P<signed>\d);", re.M)
+
+
+def field_layout(format_text: str) -> dict[str, tuple[int, bool]]:
+    """Each field of an event ``format`` file: (size in bytes, signed)."""
+    return {m["name"]: (int(m["size"]), m["signed"] == "1") for m in _FIELD_LINE.finditer(format_text)}
 
 
 _PRINTED = re.compile(r"""(?P<name>[A-Za-z_]\w*)=(?P<spec>\\"%s\\"|'%c'|\{[^}]*\}|(?:0x)?%[-+#0-9.]*(?P<conv>[a-zA-Z]+))""")

@@ -99,12 +99,16 @@ class TailSession:
         node = filterexpr.parse(text)
         by_name = {event: (group, event) for group, event in self.targets}
         fields: dict[str, dict[str, str] | None] = {}
+        layouts: dict[str, dict[str, tuple[int, bool]]] = {}
         for group, event in self.targets:
             try:
-                fields[event] = filterexpr.field_kinds(self.instance.event_format(group, event))
+                format_text = self.instance.event_format(group, event)
             except UserError:
                 fields[event] = None
-        pushed = filterexpr.push_down(node, fields)
+                continue
+            fields[event] = filterexpr.field_kinds(format_text)
+            layouts[event] = filterexpr.field_layout(format_text)
+        pushed = filterexpr.push_down(node, fields, layouts)
         plan = FilterPlan(text)
         for event, reason in pushed.view_only.items():
             self._clear_kernel_filter(*by_name[event])

@@ -84,3 +84,40 @@ def test_push_down_per_event():
     assert push_down(parse("cpu == 1 && !(rv < 0)"), {"ret": {"rv": "num"}}).kernel == {"ret": "(CPU == 1 && !(rv < 0))"}
     assert "header field" in push_down(parse('comm == "x"'), {"e": {"comm": "str"}}).view_only["e"]
     assert push_down(parse("n == 1"), {"e": None}).view_only == {"e": "its format file could not be read"}
+
+
+def test_network_byte_order_in_the_view_and_in_the_kernel():
+    """ntohs/ntohl: compared swapped in the view, pushed down as the swapped constant where exact."""
+    tree = parse("ntohs(dport) == 53 && ntohl(addr) != 0x7f000001")
+    assert tree == BoolOp("&&", Compare("dport", "==", 53, 0, "ntohs"), Compare("addr", "!=", 0x7F000001, 22, "ntohl"))
+    event = _parser.feed(["  x-1 [000] ..... 1.000001: e: (0x1) dport=13568 addr=16777343 wide=13568"])
+    event += _parser.flush()
+    assert compile_filter(parse("ntohs(dport) == 53"))(event[0])
+    assert not compile_filter(parse("ntohl(addr) != 0x7f000001"))(event[0])
+    assert compile_filter(parse("ntohs(dport) >= 50 && ntohs(dport) < 54"))(event[0])
+    kinds = {"e": {"dport": "num", "addr": "num", "wide": "num"}}
+    layout = {"e": {"dport": (2, False), "addr": (4, False), "wide": (8, False)}}
+    assert push_down(parse("ntohs(dport) == 53"), kinds, layout).kernel == {"e": "dport == 13568"}
+    assert push_down(parse("ntohl(addr) == 0x7f000001"), kinds, layout).kernel == {"e": "addr == 16777343"}
+    signed = push_down(parse("ntohs(dport) == 128"), kinds, {"e": {"dport": (2, True)}})
+    assert signed.kernel == {"e": "dport == -32768"}  # 0x8000 in a signed 16-bit field, as the kernel reads it
+    for text, why in (("ntohs(dport) > 53", "keep no order"), ("ntohs(wide) == 53", "64 bits wide"),
+                      ("ntohs(dport) == 70000", "does not fit"), ("ntohs(pid) == 1", "numeric field")):
+        assert why in push_down(parse(text), kinds, layout).view_only["e"], text
+
+
+@pytest.mark.parametrize("text, column, words", [
+    ("ntohs(1) == 2", 7, "takes a field name"), ("ntohs(port == 1", 12, "expected )"),
+])
+def test_byte_order_errors_point_at_the_offending_column(text, column, words):
+    with pytest.raises(FilterError) as caught:
+        parse(text)
+    assert caught.value.position + 1 == column and words in caught.value.problem
+
+
+def test_field_layout_reads_sizes_and_signedness():
+    from kprobe_tui.stream.filterexpr import field_layout
+
+    layout = field_layout(EV_FORMAT)
+    assert layout["n"] == (8, True) and layout["nx"] == (8, False) and layout["c"] == (1, False)
+    assert layout["s"] == (4, True) and layout["arr"] == (16, True) and layout["common_pid"] == (4, True)

@@ -1,0 +1,93 @@
+"""What the running kernel offers for aggregation, and which engine a run uses, with the reason.
+
+Read from what the kernel says about itself (tracefs README and files), never from the version:
+hist triggers (``CONFIG_HIST_TRIGGERS``, >= 4.7) are in README's trigger list; synthetic events
+(>= 4.17) have ``synthetic_events``; numeric constants in hist expressions (>= 5.16), which the
+latency triggers need for ``lat+1``, have README's ``numeric_literal``; ``kprobe_profile`` and
+``uprobe_profile`` count hits of every probe with no event at all.
+
+Latency keyed by comm needs no ``common_pid.execname`` passed into the synthetic event (>= 5.15):
+the synthetic event is generated on the returning thread, so its own ``common_pid.execname`` is
+the caller's comm, on any kernel with synthetic events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kprobe_tui.aggregate.model import Aggregation
+from kprobe_tui.errors import UserError
+from kprobe_tui.kernel.tracefs import Tracefs
+
+ENGINES = ("auto", "kernel", "user")
+
+
+@dataclass(frozen=True)
+class KernelOffer:
+    hist_triggers: bool
+    synthetic_events: bool
+    hist_constants: bool
+    kprobe_profile: bool
+    uprobe_profile: bool
+
+    def missing_for(self, aggregation: Aggregation, profile_only: bool, uprobes: bool) -> str | None:
+        """Why the kernel engine cannot run this aggregation here, or None when it can."""
+        if profile_only:
+            name = "uprobe_profile" if uprobes else "kprobe_profile"
+            if getattr(self, name):
+                return None
+        if not self.hist_triggers:
+            return ("this kernel has no hist triggers (its tracefs README lists none: CONFIG_HIST_TRIGGERS is off)")
+        if aggregation.kind == "latency":
+            if not self.synthetic_events:
+                return "this kernel has no synthetic events (no tracefs synthetic_events: CONFIG_SYNTH_EVENTS, >= 4.17)"
+            if not self.hist_constants:
+                return ("this kernel's hist triggers take no numeric constants (its README has no numeric_literal: "
+                        "kernels before 5.16), which the latency buckets need")
+        return None
+
+
+def detect(top: Tracefs) -> KernelOffer:
+    readme = top.read("README") if top.exists("README") else ""
+    return KernelOffer(
+        hist_triggers="hist trigger" in readme or "hist:keys=" in readme,
+        synthetic_events=top.exists("synthetic_events"),
+        hist_constants="numeric_literal" in readme,
+        kprobe_profile=top.exists("kprobe_profile"),
+        uprobe_profile=top.exists("uprobe_profile"),
+    )
+
+
+@dataclass(frozen=True)
+class Choice:
+    engine: str  # "kernel" or "user"
+    method: str  # "hist" (hist triggers), "profile" (kprobe_profile/uprobe_profile), "stream" (our instance)
+    reason: str
+
+
+def choose(requested: str, aggregation: Aggregation, offer: KernelOffer, *, profile_only: bool, uprobes: bool,
+           filter_refusal: str | None) -> Choice:
+    """The engine for a run: the kernel's whenever it can say the whole question, else user space.
+
+    ``profile_only``: plain hit counts per probe with no filter, which the profile files answer.
+    ``filter_refusal``: why the kernel's filter language cannot say the filter (None: it can).
+    """
+    if requested not in ENGINES:
+        raise UserError(f"--engine {requested}: one of {', '.join(ENGINES)}")
+    if requested == "user":
+        return Choice("user", "stream", "asked for (--engine user): events are read from our trace instance "
+                                        "and aggregated here")
+    missing = offer.missing_for(aggregation, profile_only, uprobes)
+    if missing is None and filter_refusal:
+        missing = f"the kernel cannot apply the filter ({filter_refusal})"
+    if missing is None:
+        if profile_only and (offer.uprobe_profile if uprobes else offer.kprobe_profile):
+            name = "uprobe_profile" if uprobes else "kprobe_profile"
+            return Choice("kernel", "profile", f"{name} counts every hit in the kernel: no event is recorded "
+                                               "or copied (hits of kprobe-tui itself are counted too)")
+        what = ("hist triggers and a synthetic event" if aggregation.kind == "latency" else "hist triggers")
+        return Choice("kernel", "hist", f"{what} aggregate in the kernel; user space reads each hist file "
+                                        "once per interval")
+    if requested == "kernel":
+        raise UserError(f"--engine kernel: {missing}", "use --engine user (or auto)")
+    return Choice("user", "stream", f"{missing}: events are read from our trace instance and aggregated here")

@@ -1,0 +1,213 @@
+"""One running aggregation, whichever engine runs it: ``start()``, ``sample()``, ``stop()``.
+
+``sample()`` returns what happened since the previous sample and since the start, as immutable
+``Result``s, and the hit rate (for a sparkline). It costs one read of each hist file (kernel
+engine) or one swap of the aggregator's counters (user-space engine), so a view may call it once
+a second from a worker thread; it holds a lock, so ``stop()`` from another thread waits for it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from kprobe_tui.aggregate.kernel_engine import KernelHistEngine, ProfileEngine
+from kprobe_tui.aggregate.model import Aggregation
+from kprobe_tui.aggregate.offer import Choice, KernelOffer, choose, detect
+from kprobe_tui.aggregate.result import Result, summarize
+from kprobe_tui.aggregate.tally import Tally
+from kprobe_tui.aggregate.targets import Targets
+from kprobe_tui.aggregate.user_engine import UserEngine
+from kprobe_tui.errors import UserError
+from kprobe_tui.kernel.events import DynamicEvent, Events
+from kprobe_tui.kernel.profile import read_hits
+from kprobe_tui.kernel.tracefs import KernelRefused, Tracefs
+from kprobe_tui.stream import filterexpr
+
+RATE_HISTORY = 300  # samples of the hit rate kept for a sparkline
+
+
+@dataclass(frozen=True)
+class Sample:
+    interval: Result  # since the previous sample
+    total: Result  # since the start
+
+    @property
+    def rate(self) -> float:
+        """Hits per second in the interval."""
+        return self.interval.count / self.interval.seconds if self.interval.seconds > 0 else 0.0
+
+
+class AggregationRun:
+    def __init__(self, top: Tracefs, aggregation: Aggregation, targets: Targets, filter_text: str = "",
+                 engine: str = "auto", offer: KernelOffer | None = None) -> None:
+        if filter_text:
+            filterexpr.parse(filter_text)  # a bad filter fails before anything is made
+        self.top = top
+        self.aggregation = aggregation
+        self.targets = targets
+        self.filter_text = filter_text
+        self.requested = engine
+        self.offer = offer or detect(top)
+        self.choice: Choice | None = None
+        self.engine = None
+        self.rates: deque[float] = deque(maxlen=RATE_HISTORY)
+        self._events = Events(top)
+        self._created: list[DynamicEvent] = []
+        self._total = Tally()
+        self._misses = 0
+        self._kernel_filters: dict[str, str] = {}  # event -> the part of the filter its trigger applies
+        self._started = self._last = 0.0
+        self._lock = threading.Lock()
+        self._running = False
+
+    # -- starting ----------------------------------------------------------------------------------
+
+    def start(self) -> Choice:
+        """Create the probes, choose the engine (saying why) and start it; on failure nothing is left."""
+        try:
+            self._create_probes()
+            self.choice = self._choose()
+            self.engine = self._engine(self.choice)
+            try:
+                self.engine.start()
+            except KernelRefused as refused:
+                # What README and the files promise, a kernel may still refuse (a synthetic event's string
+                # field on an old kernel, a config without something): then auto falls back, saying why.
+                self.engine.stop()
+                if self.requested != "auto" or self.choice.engine != "kernel":
+                    raise
+                why = refused.log.message if refused.log else refused.message
+                self.choice = Choice("user", "stream", f"the kernel refused a trigger ({why}): events are read "
+                                                       "from our trace instance and aggregated here")
+                self.engine = self._engine(self.choice)
+                self.engine.start()
+        except BaseException:
+            self._remove_probes()
+            raise
+        self._started = self._last = time.time()
+        self._running = True
+        return self.choice
+
+    def _create_probes(self) -> None:
+        kept = []
+        for target in self.targets.items:
+            try:
+                self._created += self._events.create([target.probe], run_scoped=True)
+            except KernelRefused as exc:
+                if not self.targets.globbed:
+                    raise
+                self.targets.skip(f"refused by the kernel ({exc.log.message if exc.log else exc.message})",
+                                  target.label)
+                continue
+            kept.append(target)
+        if not kept:
+            raise UserError("the kernel refused every probe", "see the reasons above (kprobe-tui funcs --all)")
+        self.targets.items = kept
+
+    def _plan_filter(self) -> str | None:
+        """The filter's kernel text per event; returns why the kernel cannot say all of it (None: it can)."""
+        self._kernel_filters = {}
+        if not self.filter_text:
+            return None
+        node = filterexpr.parse(self.filter_text)
+        refusal = None
+        for target in self.targets.items:
+            if target.role == "return":
+                continue  # a return has no arguments: the entry's filter decides
+            text = self.top.read(f"events/{target.group}/{target.event}/format")
+            plan = filterexpr.push_down(node, {target.event: filterexpr.field_kinds(text)},
+                                        {target.event: filterexpr.field_layout(text)})
+            kernel_text = plan.kernel.get(target.event)
+            if kernel_text is None:
+                refusal = refusal or f"{target.label}: {plan.view_only.get(target.event, 'it never matches this probe')}"
+            elif kernel_text:
+                self._kernel_filters[target.event] = kernel_text
+        return refusal
+
+    def _choose(self) -> Choice:
+        profile_only = (self.aggregation.kind == "count" and not self.filter_text
+                        and all(key.name == "probe" for key in self.aggregation.keys))
+        kinds = {target.probe.spec.is_uprobe for target in self.targets.items}
+        offer = self.offer
+        if profile_only and len(kinds) > 1 and not (offer.kprobe_profile and offer.uprobe_profile):
+            profile_only = False
+        return choose(self.requested, self.aggregation, offer, profile_only=profile_only,
+                      uprobes=True in kinds, filter_refusal=self._plan_filter())
+
+    def _engine(self, choice: Choice):
+        items, arguments = self.targets.items, self.targets.arguments
+        if choice.method == "profile":
+            return ProfileEngine(self.top, self.aggregation, items)
+        if choice.method == "hist":
+            return KernelHistEngine(self.top, self.aggregation, items, arguments, self._conditions())
+        return UserEngine(self.top, self.aggregation, items, arguments, self.filter_text)
+
+    def _conditions(self) -> dict[str, str]:
+        """Each trigger's filter: the user's (entries only, for latency) and never our own threads."""
+        ours = " && ".join(f"common_pid != {tid}" for tid in sorted(int(t) for t in os.listdir("/proc/self/task")))
+        return {target.event: f"({self._kernel_filters[target.event]}) && {ours}"
+                if target.event in self._kernel_filters else ours for target in self.targets.items}
+
+    # -- sampling ----------------------------------------------------------------------------------
+
+    def sample(self) -> Sample:
+        """What happened since the previous sample, and since the start."""
+        with self._lock:
+            if not self._running:
+                raise RuntimeError("sample() before start() or after stop()")
+            return self._sample()
+
+    def _sample(self) -> Sample:
+        tally = self.engine.collect()
+        tally.lost += self._missed()
+        now = time.time()
+        interval = summarize(self.aggregation, tally, self.engine.name, self._last, now)
+        self._total.merge(tally)
+        total = summarize(self.aggregation, self._total, self.engine.name, self._started, now)
+        self._last = now
+        sample = Sample(interval, total)
+        self.rates.append(sample.rate)
+        return sample
+
+    def _missed(self) -> int:
+        """Hits of our kprobes the kernel missed since the last sample (kprobe_profile's third column: a
+        kretprobe with every slot taken, a probe hit inside another probe's handler)."""
+        kprobes = [f"{t.group}/{t.event}" for t in self.targets.items if not t.probe.spec.is_uprobe]
+        if not kprobes or self.choice.method == "profile":  # the profile engine counts its own
+            return 0
+        hits = read_hits(self.top)
+        missed = sum(hits[name].misses or 0 for name in kprobes if name in hits)
+        new = max(0, missed - self._misses)
+        self._misses = max(missed, self._misses)
+        return new
+
+    def stop(self) -> Sample | None:
+        """The last sample, then remove the triggers, the instance and the probes. Safe to call twice."""
+        with self._lock:
+            final = None
+            if self._running:
+                self._running = False
+                try:
+                    self.engine.drain()
+                    final = self._sample()
+                finally:
+                    try:
+                        self.engine.stop()
+                    finally:
+                        self._remove_probes()
+            return final
+
+    def _remove_probes(self) -> None:
+        failures = []
+        for event in reversed(self._created):
+            try:
+                self._events.delete(event)
+            except UserError as exc:
+                failures.append(exc.message)
+        self._created = []
+        if failures:
+            raise UserError("; ".join(failures), "kprobe-tui cleanup removes them once this run is gone")

@@ -1,0 +1,254 @@
+"""From the command line's SPECs to the probes of one run: globs expanded, the refused ones named.
+
+A SPEC is what ``kprobe-tui probe`` takes (perf syntax, one shell word: ``'tcp_sendmsg size'``)
+and is compiled by the same compiler. What the aggregation reads is captured too: the histogram's
+field, ``--by`` arguments and the filter's arguments, each once. A glob (``'vfs_*'``, or
+``-x BIN 'work*'``) becomes one entry probe per probeable function, like bcc's funccount: only
+functions ftrace can attach to (a glob over breakpoint-only, notrace functions would put int3s on
+hot paths nobody asked for by name), never blacklisted or ambiguous ones, and at most
+``max_probes``; what is left out is said, with how many and why.
+"""
+
+from __future__ import annotations
+
+import bisect
+import fnmatch
+import shlex
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from kprobe_tui.aggregate.model import Aggregation
+from kprobe_tui.errors import UserError
+from kprobe_tui.probes.compile import compile_spec
+from kprobe_tui.probes.render import default_arg_name
+from kprobe_tui.probes.spec import CompiledProbe, ProbeArg, ProbeSpec, parse_arg, parse_spec
+from kprobe_tui.stream import filterexpr
+from kprobe_tui.stream.parser import HEADER_FIELDS
+
+GLOB_CHARACTERS = "*?["
+# The comm at the hit, captured by the probe: the comm a trace line shows is looked up when the line is
+# printed (the last one saved for that pid), and a hist table's common_pid.execname is the comm when
+# the pid's entry was made; a thread that renames itself would be counted under its old name.
+COMM_ARGUMENT = "kptui_comm"
+# bcc's funccount refuses more than 1000 probes; each kprobe costs a registration and every hit a trap.
+DEFAULT_MAX_PROBES = 1000
+# Calls a kretprobe can follow at once (the kernel's most, KRETPROBE_MAXACTIVE_MAX). Its default (10, or
+# twice the CPUs) is used up by threads asleep in the function: in the 6.1 guest, a few pipe readers
+# blocked in vfs_read made a kretprobe on it miss 23 of 25 returns of another process. The cost is
+# about 100 bytes a slot.
+RETURN_MAXACTIVE = 4096
+
+
+@dataclass(frozen=True)
+class Target:
+    probe: CompiledProbe
+    label: str  # the function, as the probe key shows it
+    role: str = "hit"  # hit, entry, return
+
+    @property
+    def group(self) -> str:
+        return self.probe.group
+
+    @property
+    def event(self) -> str:
+        return self.probe.event
+
+
+@dataclass
+class Targets:
+    items: list[Target]
+    arguments: dict[str, str]  # model field name -> the argument's name in the event
+    skipped: dict[str, list[str]] = field(default_factory=dict)  # why -> functions left out of a glob
+    globbed: bool = False
+
+    @property
+    def uprobes(self) -> bool:
+        return any(target.probe.spec.is_uprobe for target in self.items)
+
+    def skip(self, why: str, name: str) -> None:
+        self.skipped.setdefault(why, []).append(name)
+
+
+def filter_arguments(filter_text: str) -> list[str]:
+    """The argument names a filter compares (header fields are in every event)."""
+    if not filter_text:
+        return []
+    names: list[str] = []
+
+    def walk(node) -> None:
+        if isinstance(node, filterexpr.Compare):
+            if node.field not in HEADER_FIELDS and node.field not in names:
+                names.append(node.field)
+        elif isinstance(node, filterexpr.BoolOp):
+            walk(node.left)
+            walk(node.right)
+        elif isinstance(node, filterexpr.Not):
+            walk(node.operand)
+
+    walk(filterexpr.parse(filter_text))
+    return names
+
+
+def argument_name(arg: ProbeArg) -> str:
+    """The field an argument becomes in the event: its NAME=, or the name the compiler gives it."""
+    return arg.name or default_arg_name(arg)
+
+
+def _words(spec_text: str) -> list[str]:
+    try:
+        words = shlex.split(spec_text)
+    except ValueError as exc:
+        raise UserError(f"{spec_text!r}: {exc}", "quote the SPEC as one shell word: 'FUNC ARG...'") from None
+    if not words:
+        raise UserError("an empty SPEC", "e.g. 'tcp_sendmsg size' or 'vfs_*'")
+    return words
+
+
+class TargetBuilder:
+    """Compiles SPECs for one run: ``kernel`` sources, ``readme`` (tracefs README), ``binary`` (-x)."""
+
+    def __init__(self, kernel, readme: str, group: str, binary: str | None = None,
+                 max_probes: int = DEFAULT_MAX_PROBES, taken: list[str] | None = None) -> None:
+        """``taken``: event names already in ``group`` (a name used twice would append a probe to that event)."""
+        self.kernel = kernel
+        self.readme = readme
+        self.group = group
+        self.binary = str(Path(binary).resolve()) if binary else None
+        self.max_probes = max_probes
+        self.taken: list[str] = list(taken or [])
+        self._catalog = None
+
+    # -- what each command asks for --------------------------------------------------------------
+
+    def counting(self, specs: list[str], aggregation: Aggregation, filter_text: str) -> Targets:
+        wanted = aggregation.arguments() + [n for n in filter_arguments(filter_text) if n not in aggregation.arguments()]
+        targets = Targets([], {})
+        comm = any(key.name == "comm" for key in aggregation.keys)
+        for text in specs:
+            words = _words(text)
+            if any(c in words[0] for c in GLOB_CHARACTERS):
+                if len(words) > 1 or wanted:
+                    raise UserError(f"{text!r}: a glob counts calls; arguments come from one function",
+                                    "name the function to capture its arguments, or key by comm/pid/probe")
+                self._expand(words[0], targets, comm)
+                targets.globbed = True
+            else:
+                self._single(words, wanted, targets, "hit", comm)
+        if not targets.items:
+            reasons = "; ".join(f"{len(names)} {why}" for why, names in targets.skipped.items())
+            raise UserError(f"no probeable function matches {' '.join(specs)}" + (f" ({reasons})" if reasons else ""),
+                            "list them with: kprobe-tui funcs" + (f" -x {self.binary}" if self.binary else "") + " 'PATTERN'")
+        return targets
+
+    def histogram(self, spec: str, value: str, aggregation: Aggregation, filter_text: str) -> Targets:
+        words = _words(spec)
+        if any(c in words[0] for c in GLOB_CHARACTERS):
+            raise UserError(f"{spec!r}: a histogram is of one function's value", "name one function")
+        others = aggregation.arguments()[1:] + filter_arguments(filter_text)
+        targets = Targets([], {})
+        comm = any(key.name == "comm" for key in aggregation.keys)
+        self._single(words + [value], list(dict.fromkeys(others)), targets, "hit", comm)
+        return targets
+
+    def latency(self, function: str, aggregation: Aggregation, filter_text: str) -> Targets:
+        """Entry and return probes; by comm, both capture it (the return hands it to the synthetic event)."""
+        words = _words(function)
+        if len(words) != 1 or any(c in words[0] for c in GLOB_CHARACTERS + "%:+;"):
+            raise UserError(f"{function!r}: latency is of one function, entry to return",
+                            "give its name, e.g. vfs_read (or -x BIN work)")
+        comm = any(key.name == "comm" for key in aggregation.keys)
+        targets = Targets([], {})
+        self._single(words, filter_arguments(filter_text), targets, "entry", comm)
+        self._single([f"{words[0]}%return"], [], targets, "return", comm)
+        return targets
+
+    # -- compiling --------------------------------------------------------------------------------
+
+    def _single(self, words: list[str], wanted: list[str], targets: Targets, role: str, comm: bool = False) -> None:
+        spec = parse_spec(words, binary=self.binary, group=self.group)
+        named = {argument_name(arg): arg for arg in spec.args}
+        added = [parse_arg(name) for name in wanted if name not in named]
+        if comm:
+            added.append(parse_arg(f"{COMM_ARGUMENT}=$comm"))
+            targets.arguments["comm"] = COMM_ARGUMENT
+        if added:
+            spec = parse_spec(words + [str(arg) for arg in added], binary=self.binary, group=self.group)
+        if not spec.is_uprobe and spec.function:
+            self._check_kernel_function(spec.function)
+        for probe in self._compile(spec):
+            for fetch in probe.args:
+                if fetch.source is not None and fetch.name != COMM_ARGUMENT:  # comm is the model's "comm"
+                    targets.arguments.setdefault(argument_name(fetch.source), fetch.name)
+            targets.items.append(Target(probe, spec.function or spec.place_text(), role))
+
+    def _compile(self, spec: ProbeSpec) -> list[CompiledProbe]:
+        probes = compile_spec(spec, self.group, self.taken, readme=self.readme, btf_path=self.kernel.btf_vmlinux)
+        if spec.is_return and not spec.is_uprobe:
+            probes = [replace(probe, maxactive=RETURN_MAXACTIVE) for probe in probes]
+        self.taken += [probe.event for probe in probes]
+        return probes
+
+    def _check_kernel_function(self, name: str) -> None:
+        """Refuse unknown, blacklisted and ambiguous functions before the kernel does, with the reason."""
+        from kprobe_tui.kernel.catalog import Status
+
+        catalog = self._load_catalog()
+        at = bisect.bisect_left(catalog.names, name)
+        if catalog.names[at : at + 1] != [name]:
+            raise UserError(f"{name!r}: no such kernel function", f"search with: kprobe-tui funcs '*{name}*'")
+        status, reason = catalog.classify(name)
+        if status in (Status.BLACKLISTED, Status.AMBIGUOUS):
+            raise UserError(f"{name!r}: {reason}", "pick another function (kprobe-tui funcs lists probeable ones)")
+
+    def _load_catalog(self):
+        if self._catalog is None:
+            if self.binary:
+                from kprobe_tui.probes.binary import BinaryCatalog
+
+                self._catalog = BinaryCatalog(self.binary)
+            else:
+                from kprobe_tui.kernel.catalog import Catalog
+
+                self._catalog = Catalog(self.kernel)
+        return self._catalog
+
+    def _expand(self, pattern: str, targets: Targets, comm: bool) -> None:
+        catalog = self._load_catalog()
+        names, classify = catalog.names, catalog.classify
+        matched = [name for name in names if fnmatch.fnmatchcase(name, pattern)]
+        chosen = []
+        for name in matched:
+            why = self._left_out(name, classify)
+            if why:
+                targets.skip(why, name)
+            else:
+                chosen.append(name)
+        if len(chosen) + len(targets.items) > self.max_probes:
+            raise UserError(f"{pattern!r} matches {len(chosen)} probeable functions: more than --max-probes "
+                            f"{self.max_probes}", f"narrow the pattern, or raise the limit: --max-probes {len(chosen)}")
+        extra = [f"{COMM_ARGUMENT}=$comm"] if comm else []
+        if comm:
+            targets.arguments["comm"] = COMM_ARGUMENT
+        for name in chosen:
+            try:
+                spec = parse_spec([name, *extra], binary=self.binary, group=self.group)
+            except UserError:
+                targets.skip("names a probe spec cannot spell", name)
+                continue
+            for probe in self._compile(spec):
+                targets.items.append(Target(probe, name, "hit"))
+
+    def _left_out(self, name: str, classify) -> str | None:
+        from kprobe_tui.kernel.catalog import Status
+
+        status, _reason = classify(name)
+        if self.binary:
+            from kprobe_tui.probes.binary import LABELS
+
+            return None if status.probeable else LABELS.get(status, status.value)
+        if status is Status.BREAKPOINT:
+            return "breakpoint-only (notrace: name one alone to probe it)"
+        if status in (Status.FTRACE, Status.PROBEABLE, Status.CLONE):
+            return None
+        return {Status.BLACKLISTED: "blacklisted", Status.AMBIGUOUS: "ambiguous (several symbols share the name)",
+                Status.HIDDEN: "unknown (addresses hidden)"}.get(status, status.value)

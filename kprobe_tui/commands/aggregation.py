@@ -1,0 +1,122 @@
+"""What ``count``, ``hist`` and ``latency`` share: their options, the run loop, and all their output.
+
+Output goes through ``_out`` and ``_err`` only, so what reaches the terminal is decided in one
+place: text from the traced system (comms, string keys) is escaped by ``printable`` before it is
+printed (``textsafe``: a newline in a comm must not forge a line); JSON escapes control characters itself.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from kprobe_tui.aggregate.model import Aggregation
+from kprobe_tui.aggregate.offer import ENGINES
+from kprobe_tui.aggregate.run import AggregationRun, Sample
+from kprobe_tui.aggregate.targets import Targets, TargetBuilder
+from kprobe_tui.aggregate.text import render
+from kprobe_tui.errors import UserError
+from kprobe_tui.kernel import lifetime, sources
+from kprobe_tui.kernel.events import Events
+from kprobe_tui.textsafe import printable
+
+ENGINE_HELP = ("where to aggregate: kernel (hist triggers, synthetic events, kprobe_profile: user space reads "
+               "a table once per interval), user (events read from our trace instance and counted here), or "
+               "auto (default: the kernel whenever it can; the reason is printed)")
+
+
+def add_common(parser, *, binary: bool = True) -> None:
+    if binary:
+        parser.add_argument("-x", "--exec", dest="binary", metavar="BIN", help="probe functions of this program or library (uprobes)")
+    parser.add_argument("-i", "--interval", type=float, metavar="SECONDS", help="print (and reset) a table every SECONDS")
+    parser.add_argument("-d", "--duration", type=float, metavar="SECONDS", help="stop after SECONDS (default: Ctrl-C)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per interval (and one at the end)")
+    parser.add_argument("--filter", metavar="EXPR", default="",
+                        help="count only hits where EXPR holds, e.g. 'ntohs(dport) == 53 && comm != \"sshd\"'")
+    parser.add_argument("--engine", choices=ENGINES, default="auto", help=ENGINE_HELP)
+
+
+def check_times(args) -> None:
+    for name in ("interval", "duration"):
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            raise UserError(f"--{name} {value}: must be a positive number of seconds")
+
+
+def builder(args) -> tuple:
+    kernel = sources.from_args(args)
+    top = kernel.tracing()
+    readme = top.read("README") if top.exists("README") else ""
+    binary = getattr(args, "binary", None) or getattr(args, "exec_binary", None)
+    return top, TargetBuilder(kernel, readme, lifetime.run_name(), binary=binary,
+                              max_probes=getattr(args, "max_probes", None) or 1000,
+                              taken=[e.event for e in Events(top).events_in(lifetime.run_name())])
+
+
+def _out(text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def _err(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def run_aggregation(args, what: str, aggregation: Aggregation, top, targets: Targets) -> int:
+    """Start, print a table per interval (or one at the end), stop; Ctrl-C ends it with the final table."""
+    for why, names in targets.skipped.items():
+        _err(f"kprobe-tui: skipped {len(names)} {why}: {printable(_sample_names(names))}")
+    run = AggregationRun(top, aggregation, targets, args.filter, args.engine)
+    choice = run.start()
+    try:
+        _err(f"kprobe-tui: {what}: {choice.engine} engine: {choice.reason}")
+        if not args.json:
+            _err(f"Tracing {len(targets.items)} probe{'s' if len(targets.items) != 1 else ''}... Hit Ctrl-C to end.")
+        started = time.monotonic()
+        deadline = started + args.duration if args.duration else None
+        tick = started + args.interval if args.interval else None
+        printed = False
+        try:
+            while True:
+                wake = min(t for t in (tick, deadline, time.monotonic() + 3600) if t is not None)
+                time.sleep(max(0.0, wake - time.monotonic()))
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    break
+                if tick is not None and now >= tick:
+                    _emit(args, aggregation, run.sample(), interval=True)
+                    printed = True
+                    tick += args.interval
+        except KeyboardInterrupt:
+            pass
+        final = run.stop()
+    finally:
+        run.stop()
+    if final is not None:
+        if args.interval:
+            if final.interval.count or not printed or args.json:
+                _emit(args, aggregation, final, interval=True, last=True)
+        else:
+            _emit(args, aggregation, final, interval=False, last=True)
+    return 0
+
+
+def _sample_names(names: list[str], shown: int = 5) -> str:
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
+def _emit(args, aggregation: Aggregation, sample: Sample, *, interval: bool, last: bool = False) -> None:
+    result = sample.interval if interval else sample.total
+    if args.json:
+        record = result.to_json()
+        if last:
+            record["final"] = True
+        _out(json.dumps(record))
+        return
+    if interval:
+        _out(time.strftime("[%H:%M:%S]", time.localtime(result.end)))
+    for line in render(result, aggregation, escape=printable):
+        _out(line)
+    _out("")

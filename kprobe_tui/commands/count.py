@@ -1,0 +1,44 @@
+"""``kprobe-tui count SPEC...``: hits per key (probe, comm, pid or a captured value), like bcc's funccount.
+
+A SPEC is what ``kprobe-tui probe`` takes; a glob (``'vfs_*'``, ``-x BIN 'work*'``) counts every
+probeable function it matches. Plain counts per probe come from ``kprobe_profile`` and
+``uprobe_profile`` (no event is recorded at all); counts per key from hist triggers; where the kernel
+has neither, from our own trace instance (``--engine user``).
+"""
+
+from __future__ import annotations
+
+from kprobe_tui.aggregate.model import Aggregation, Field, parse_field
+from kprobe_tui.aggregate.targets import DEFAULT_MAX_PROBES
+from kprobe_tui.commands.aggregation import add_common, builder, check_times, run_aggregation
+from kprobe_tui.errors import UserError
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("count", help="count hits per probe, comm, pid or value (kernel-side where it can)")
+    parser.add_argument("specs", nargs="+", metavar="SPEC",
+                        help="a probe as `kprobe-tui probe` takes it ('tcp_sendmsg size'), or a glob of functions ('vfs_*')")
+    parser.add_argument("--by", metavar="KEY[,KEY...]",
+                        help="comm, pid, probe, or a captured argument (ntohs(FIELD)/ntohl(FIELD) for network "
+                             "byte order); up to 3 (default: probe)")
+    parser.add_argument("--top", type=int, metavar="N", help="only the N keys with the most hits")
+    parser.add_argument("--max-probes", type=int, default=DEFAULT_MAX_PROBES, metavar="N",
+                        help=f"refuse a glob matching more functions than this (default {DEFAULT_MAX_PROBES})")
+    add_common(parser)
+    parser.set_defaults(run=run)
+
+
+def parse_keys(text: str | None, default: tuple[Field, ...] = ()) -> tuple[Field, ...]:
+    if not text:
+        return default
+    return tuple(parse_field(part) for part in text.split(",") if part.strip())
+
+
+def run(args) -> int:
+    check_times(args)
+    if args.max_probes < 1:
+        raise UserError(f"--max-probes {args.max_probes}: must be at least 1")
+    aggregation = Aggregation("count", keys=parse_keys(args.by, (Field("probe"),)), top=args.top)
+    top, build = builder(args)
+    targets = build.counting(args.specs, aggregation, args.filter)
+    return run_aggregation(args, f"count {' '.join(args.specs)}", aggregation, top, targets)

@@ -1,0 +1,34 @@
+"""``kprobe-tui hist SPEC FIELD``: the distribution of a captured value, like bpftrace's hist()/lhist().
+
+``hist __alloc_pages order``, ``hist -x ./prog 'work:3' len``: SPEC and FIELD are what ``kprobe-tui
+probe`` takes. Log2 buckets by default ([0], [1], [2, 4), ...), linear with ``--linear MIN,MAX,STEP``,
+per key with ``--by``; count, sum, min, max and average beside them.
+"""
+
+from __future__ import annotations
+
+from kprobe_tui.aggregate.model import Aggregation, Field, parse_linear
+from kprobe_tui.aggregate.targets import argument_name
+from kprobe_tui.commands.aggregation import add_common, builder, check_times, run_aggregation
+from kprobe_tui.commands.count import parse_keys
+from kprobe_tui.probes.spec import parse_arg
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("hist", help="histogram of a captured value (log2 or --linear)")
+    parser.add_argument("spec", metavar="SPEC", help="a probe as `kprobe-tui probe` takes it, e.g. __alloc_pages or 'work:3'")
+    parser.add_argument("field", metavar="FIELD", help="the value: a variable, member, $argN or NAME=EXPR[:TYPE]")
+    parser.add_argument("--linear", metavar="MIN,MAX,STEP", help="linear buckets (bpftrace's lhist) instead of log2; a negative MIN as --linear=-100,100,10")
+    parser.add_argument("--by", metavar="KEY[,KEY]", help="one histogram per comm, pid, probe or captured argument")
+    add_common(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args) -> int:
+    check_times(args)
+    value = Field(argument_name(parse_arg(args.field)))
+    aggregation = Aggregation("hist", keys=parse_keys(args.by), value=value,
+                              buckets=parse_linear(args.linear) if args.linear else None)
+    top, build = builder(args)
+    targets = build.histogram(args.spec, args.field, aggregation, args.filter)
+    return run_aggregation(args, f"hist {args.spec} {args.field}", aggregation, top, targets)

@@ -1,0 +1,152 @@
+"""The user-space aggregator: its fast path gives exactly what the general path (one Event per line) gives."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from kprobe_tui.aggregate.model import Aggregation, Field, Linear
+from kprobe_tui.aggregate.result import summarize
+from kprobe_tui.aggregate.userspace import EventRole, StreamAggregator
+from kprobe_tui.stream.filterexpr import compile_filter, parse
+from tests.conftest import FIXTURES
+
+COMMS = ["kpt-alpha", "kpt beta-2", "a [x] y", "<...>", "sshd", "0123456789abcde", "x"]
+
+
+def line(comm: str, pid: int, micros: int, event: str, body: str, cpu: int = 1, tgid: int | None = None) -> str:
+    """A trace_pipe line as the kernel prints it (trace_output.c: "%16s-%-7d", "(%7d)", "[%03d]", "%5lu.%06lu")."""
+    task = f"{comm:>16}-{pid:<7d} " + (f"({tgid:>7d}) " if tgid is not None else "")
+    return f"{task}[{cpu:03d}] ..... {micros // 1_000_000:5d}.{micros % 1_000_000:06d}: {event}: {body}"
+
+
+def flood(count: int, seed: int = 3, tgid: bool = False) -> list[str]:
+    rng = random.Random(seed)
+    lines = []
+    for i in range(count):
+        comm = rng.choice(COMMS)
+        pid = rng.choice([7, 1234, 99999, 4194304])
+        value = rng.choice([-200, -1, 0, 1, 3, 100, 4095, 1 << 40])
+        port = rng.choice([0x3500, 0x5000])
+        event = rng.choice(["work", "nap"])
+        body = f"(0x55663694b159) len={value} port={port} kptui_comm=\"{comm}\""
+        lines.append(line(comm, pid, 289_108_444 + i, event, body, tgid=pid if tgid else None))
+    return lines
+
+
+def both_paths(aggregation: Aggregation, lines: list[str], roles: list[EventRole], arguments: dict, chunk: int = 97):
+    results = []
+    for fast in (True, False):
+        aggregator = StreamAggregator(aggregation, roles, arguments, fast=fast)
+        for start in range(0, len(lines), chunk):
+            aggregator.feed(("\n".join(lines[start:start + chunk]) + "\n").encode())
+        results.append((summarize(aggregation, aggregator.take(), "user", 0, 1), aggregator))
+    (fast, fast_aggregator), (general, general_aggregator) = results
+    assert fast_aggregator.general_blocks == 0 and general_aggregator.fast_blocks == 0
+    return fast, general
+
+
+ROLES = [EventRole("work", "work"), EventRole("nap", "nap")]
+ARGUMENTS = {"len": "len", "port": "port", "comm": "kptui_comm"}
+
+
+@pytest.mark.parametrize("aggregation", [
+    Aggregation("count", keys=(Field("probe"),)),
+    Aggregation("count", keys=(Field("comm"), Field("pid"))),
+    Aggregation("count", keys=(Field("port", "ntohs"), Field("probe"))),
+    Aggregation("hist", value=Field("len")),
+    Aggregation("hist", keys=(Field("comm"),), value=Field("len"), buckets=Linear(-100, 200, 50)),
+], ids=["probe", "comm-pid", "port-probe", "hist", "hist-by-comm-linear"])
+@pytest.mark.parametrize("tgid", [False, True], ids=["plain", "record-tgid"])
+def test_fast_path_equals_the_general_path(aggregation, tgid):
+    fast, general = both_paths(aggregation, flood(3000, tgid=tgid), ROLES, ARGUMENTS)
+    assert fast == general and fast.count == 3000
+    assert fast.total == general.total
+
+
+def test_header_comm_when_the_probe_did_not_capture_it():
+    aggregation = Aggregation("count", keys=(Field("comm"),))
+    lines = flood(500)
+    fast, general = both_paths(aggregation, lines, ROLES, {"len": "len"})
+    assert fast == general
+    assert {entry.key[0] for entry in fast.entries} == set(COMMS)
+
+
+def test_blocks_that_do_not_fit_take_the_general_path():
+    aggregation = Aggregation("hist", value=Field("len"))
+    lines = flood(200)
+    lines.insert(50, "CPU:1 [LOST 2622 EVENTS]")
+    lines[120] = lines[120].replace("len=", "len=(fault) x=")  # a fault: no number to read
+    aggregator = StreamAggregator(aggregation, ROLES, ARGUMENTS)
+    aggregator.feed(("\n".join(lines[:100]) + "\n").encode())
+    aggregator.feed(("\n".join(lines[100:]) + "\n").encode())
+    result = summarize(aggregation, aggregator.take(), "user", 0, 1)
+    assert aggregator.general_blocks == 2 and result.count == 199  # the faulted hit has no value
+
+
+def test_captured_lines_of_real_kernels():
+    """Real kprobe lines from the 6.1 and 6.12 guests (record-tgid on) and uprobe lines from this machine."""
+    for name, event in (("kprobe_6.1.txt", "open"), ("kprobe_6.12.txt", "open"), ("uprobe_plain.txt", "ev")):
+        lines = [text for text in (FIXTURES / "trace_lines" / name).read_text().splitlines() if f": {event}: " in text]
+        aggregation = Aggregation("count", keys=(Field("comm"), Field("pid")))
+        fast, general = both_paths(aggregation, lines, [EventRole(event, event)], {}, chunk=len(lines))
+        assert fast == general and fast.count == len(lines) > 0
+
+
+def _latency(aggregation: Aggregation, events: list[tuple[int, int, str]], comm: str = "prog"):
+    lines = [line(comm, pid, micros, name, "(0x55663694b159)" if name == "nap" else "(0x55663694b202 <- 0x55663694b159)")
+             for pid, micros, name in events]
+    return both_paths(aggregation, lines, [EventRole("nap", "nap", "entry"), EventRole("nap__return", "nap", "return")], {})
+
+
+def test_latency_times_the_innermost_call_and_counts_the_outer_returns():
+    events = [(5, 1_000, "nap"), (6, 1_005, "nap"), (5, 1_010, "nap"),  # 5 enters twice (nested)
+              (5, 1_050, "nap__return"), (6, 1_070, "nap__return"), (5, 1_100, "nap__return"),  # outer: unmatched
+              (7, 1_200, "nap__return")]  # entered before we started: unmatched
+    fast, general = _latency(Aggregation("latency"), events)
+    assert fast == general
+    assert (fast.count, fast.total.min, fast.total.max, fast.unmatched) == (2, 40, 65, 2)
+
+
+def test_latency_units_are_the_kernels():
+    """us: difference of microsecond clocks; ms: difference of millisecond clock readings (as the kernel's
+    common_timestamp/1000000 - $ts); ns: microseconds times 1000 (trace_pipe prints microseconds)."""
+    events = [(5, 1_999_990, "nap"), (5, 2_000_010, "nap__return")]
+    assert _latency(Aggregation("latency", unit="us"), events)[0].total.max == 20
+    assert _latency(Aggregation("latency", unit="ms"), events)[0].total.max == 1
+    assert _latency(Aggregation("latency", unit="ns"), events)[0].total.max == 20_000
+
+
+def test_latency_by_comm_and_a_thread_crossing_blocks():
+    aggregation = Aggregation("latency", keys=(Field("comm"),))
+    events = [(9, 100 * i, "nap" if i % 2 == 0 else "nap__return") for i in range(400)]
+    fast, general = _latency(aggregation, events, comm="my prog")
+    assert fast == general and fast.entries[0].key == ("my prog",) and fast.count == 200
+    assert fast.total.min == fast.total.max == 100
+
+
+def test_a_view_filter_applies_where_the_kernel_could_not():
+    aggregation = Aggregation("count", keys=(Field("comm"),))
+    aggregator = StreamAggregator(aggregation, ROLES, ARGUMENTS)
+    aggregator.set_view_filter("work", compile_filter(parse('ntohs(port) == 53 && len > 0')))
+    lines = flood(1000)
+    aggregator.feed(("\n".join(lines) + "\n").encode())
+    result = summarize(aggregation, aggregator.take(), "user", 0, 1)
+    expected = sum(1 for text in lines if (": nap: " in text) or (
+        "port=13568" in text and int(text.split(" len=")[1].split()[0]) > 0))
+    assert result.count == expected and aggregator.fast_blocks == 0
+
+
+def test_latency_by_the_comm_both_probes_captured():
+    """By comm, entry and return capture $comm: the comm at the return, as the kernel engine keys it."""
+    aggregation = Aggregation("latency", keys=(Field("comm"),))
+    lines = []
+    for i in range(300):
+        comm = COMMS[i % len(COMMS)]
+        body = "(0x55663694b159)" if i % 2 == 0 else "(0x55663694b202 <- 0x55663694b159)"
+        lines.append(line("renamed", 9, 100 * i, "nap" if i % 2 == 0 else "nap__return", f'{body} kptui_comm="{comm}"'))
+    roles = [EventRole("nap", "nap", "entry"), EventRole("nap__return", "nap", "return")]
+    fast, general = both_paths(aggregation, lines, roles, {"comm": "kptui_comm"})
+    assert fast == general and fast.count == 150
+    assert {entry.key[0] for entry in fast.entries} == {COMMS[i % len(COMMS)] for i in range(1, 300, 2)}
