@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     info = open_target(args)
     # The listing depends only on the DWARF and these words: asked again, it comes from the
     # index without parsing DWARF (nor importing pyelftools, a third of such a run).
-    question = f"vars {spec} externs={args.externs} verbose={args.verbose}"
+    question = f"vars {spec} externs={args.externs} verbose={args.verbose} units=all"
     text = info.index.answer(question)
     if text is None:
         text = _listing(info, spec, args)
