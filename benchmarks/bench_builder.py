@@ -15,7 +15,8 @@ import sys
 import time
 
 from kprobe_tui.probes.binary import BinaryCatalog
-from kprobe_tui.tui.screens.builder import BuildRequest, build_preview
+from kprobe_tui.probes.form import BuildRequest, build_preview
+from kprobe_tui.probes.pipeline import ProbeTarget
 
 DEFAULT = ["/root/.pyenv/versions/3.11.7/lib/libpython3.11.so.1.0", "PyList_Append", "op", "newitem"]
 RUNS = 5
@@ -45,11 +46,11 @@ def main() -> None:
     print(f"  perf probe -x BIN --funcs    {ms(perf_funcs_s)}   ratio {catalog_s / perf_funcs_s:5.2f}x")
 
     request = BuildRequest(function, binary, "entry", args=" ".join(args))
-    first = timed(lambda: build_preview(request, None, "", None))
-    preview = build_preview(request, None, "", None)
+    first = timed(lambda: build_preview(request, ProbeTarget()))
+    preview = build_preview(request, ProbeTarget())
     if preview.error is not None:
         raise SystemExit(f"the preview failed: {preview.error}")
-    again = statistics.median(timed(lambda: build_preview(request, None, "", None)) for _ in range(RUNS * 4))
+    again = statistics.median(timed(lambda: build_preview(request, ProbeTarget())) for _ in range(RUNS * 4))
     perf_dry = statistics.median(perf("-x", binary, "--dry-run", "-a", " ".join([function, *args])) for _ in range(RUNS))
     print(f"preview of {function} {' '.join(args)}:")
     print(f"  first (opens the DWARF)      {ms(first)}")

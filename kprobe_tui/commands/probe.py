@@ -7,18 +7,14 @@ stays until ``kprobe-tui del``, as perf's do.
 
 from __future__ import annotations
 
-import bisect
 import json
-import shlex
 import sys
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import sources
-from kprobe_tui.kernel.events import Events
-from kprobe_tui.probes import guard
-from kprobe_tui.probes.compile import compile_spec, needs_debuginfo
-from kprobe_tui.probes.render import bpftrace_oneliner, perf_command, tracefs_commands
-from kprobe_tui.probes.spec import DEFAULT_PERSISTENT_GROUP, ProbeSpec, check_group, parse_spec
+from kprobe_tui.probes import pipeline
+from kprobe_tui.probes.render import bpftrace_oneliner, command_rows, perf_command
+from kprobe_tui.probes.spec import DEFAULT_PERSISTENT_GROUP
 
 
 OPTIONS = frozenset({"binary", "vmlinux", "module", "source_dir"})
@@ -37,87 +33,37 @@ def add_parser(subparsers) -> None:
     parser.set_defaults(run=run)
 
 
-def check_kernel_function(name: str, kernel, module: str | None = None) -> None:
-    """Refuse unknown, blacklisted and ambiguous kernel functions before the kernel does, with the reason.
-
-    With ``module`` the place is MODULE:name, which the kernel resolves in that module: the name
-    may also be a vmlinux symbol (or another module's), but it must be this module's."""
-    from kprobe_tui.kernel.catalog import Catalog, Status
-
-    catalog = Catalog(kernel)
-    i = bisect.bisect_left(catalog.names, name)
-    if not catalog.names or catalog.names[i : i + 1] != [name]:
-        raise UserError(f"{name!r}: no such kernel function", f"search with: kprobe-tui funcs {shlex.quote(f'*{name}*')}")
-    status, reason = catalog.classify(name)
-    if module is not None:
-        modules = {symbol.module for symbol in catalog.function(name).symbols}
-        if modules and module not in modules:
-            where = ", ".join(sorted(m or "vmlinux" for m in modules))
-            raise UserError(f"{name!r} is not in module {module} (it is in {where})", "check -m MODULE (lsmod lists them)")
-        if status is Status.AMBIGUOUS:
-            return
-    if status in (Status.BLACKLISTED, Status.AMBIGUOUS):
-        raise UserError(f"{name!r}: {reason}", "pick another function (kprobe-tui funcs lists probeable ones)")
-
-
 def run(args) -> int:
-    check_group(args.group)
-    module = _module_name(args.module) if args.module else None
-    # -x is resolved and checked by parse_spec: the definition names that very file, or nothing is written
-    spec = parse_spec([args.spec, *args.args], binary=args.binary, fprobe=args.fprobe, group=args.group, filter=args.filter,
-                      module=module)
-    kernel = sources.from_args(args)
+    request = pipeline.ProbeRequest(
+        (args.spec, *args.args), binary=args.binary, module=pipeline.module_name(args.module) if args.module else None,
+        vmlinux=args.vmlinux, fprobe=args.fprobe, group=args.group, filter=args.filter,
+    )  # -x is resolved and checked by parse_spec: the definition names that very file, or nothing is written
+    # A dry run needs no tracefs (this user may not read it: the kernel says the rest); debug info
+    # not on disk comes with progress on a terminal, the client imported only then (urllib, ssl).
+    target = pipeline.ProbeTarget.of(sources.from_args(args), strict=not args.dry_run,
+                                     debuginfod=lambda: _debuginfod(quiet=args.json))
+    plan = pipeline.plan(request, target)
+    for note in plan.notes:
+        print(f"kprobe-tui: note: {note}", file=sys.stderr)
     # Nobody displays events here, so no own-PID filter; the SSH output-path warning still applies.
-    advice = guard.advise(spec, exclude_pids=[])
-    for warning in advice.warnings:
+    for warning in plan.advice.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    if advice.needs_confirmation and not (args.yes or args.dry_run):
-        offer = f"--filter {shlex.quote(advice.session_filter)} to leave your session out, and " if advice.session_filter else ""
-        raise UserError(f"{spec.function}: on the SSH output path", f"add {offer}--yes to create it anyway")
-    if not spec.is_uprobe and spec.function:
-        check_kernel_function(spec.function, kernel, module)
-    if needs_debuginfo(spec) and (spec.is_uprobe or spec.module or args.vmlinux):
-        _fetch_debuginfo(spec, args)
-    tracefs = kernel.tracing() if kernel.tracefs is not None else None
-    events = Events(tracefs) if tracefs is not None else None
-    group = spec.group or DEFAULT_PERSISTENT_GROUP
-    try:
-        readme = tracefs.read("README") if tracefs is not None and tracefs.exists("README") else ""
-        taken = [e.event for e in events.events_in(group)] if events else []
-    except UserError:
-        if not args.dry_run:
-            raise
-        readme, taken = "", []  # a dry run needs no tracefs: this user may not read it, the kernel says the rest
-    probes = compile_spec(spec, group, taken, readme=readme, vmlinux=args.vmlinux, btf_path=kernel.btf_vmlinux)
     if not args.dry_run:
-        if events is None:
+        if target.events is None:
             raise UserError("no tracefs to create the probe in", "mount tracefs, or use --dry-run")
-        events.create(probes)
-    _print(spec, probes, args)
+        pipeline.create(plan, target.events, confirmed=args.yes)
+    _print(plan, args)
     return 0
 
 
-def _module_name(word: str) -> str:
-    """The name the kernel knows a module by, for -m NAME or -m PATH (its .modinfo)."""
-    from kprobe_tui.debuginfo.modules import find_module_debuginfo, module_name
-
-    if "/" in word or word.endswith((".ko", ".debug")):
-        return find_module_debuginfo(word).module
-    return module_name(word)
-
-
-def _fetch_debuginfo(spec: ProbeSpec, args) -> None:
-    """Bring debug info not on disk from debuginfod first, with progress on a terminal: compiling opens it again."""
+def _debuginfod(quiet: bool):
     from kprobe_tui.commands import progress
-    from kprobe_tui.debuginfo.scope import open_debuginfo
 
-    info = open_debuginfo(binary=spec.binary, vmlinux=args.vmlinux, module=spec.module,
-                          debuginfod=progress.client(quiet=args.json))
-    if info.located.note:
-        print(f"kprobe-tui: note: {info.located.note}", file=sys.stderr)
+    return progress.client(quiet=quiet)
 
 
-def _print(spec: ProbeSpec, probes, args) -> None:
+def _print(plan: pipeline.Plan, args) -> None:
+    spec, probes = plan.spec, plan.probes
     if args.json:
         print(json.dumps([
             {"group": p.group, "event": p.event, "control_file": p.control_file, "definition": p.definition(),
@@ -131,10 +77,8 @@ def _print(spec: ProbeSpec, probes, args) -> None:
         print(f"{verb} {probe.group}/{probe.event}")
         for note in probe.notes:
             print(f"  note:     {note}")
-        for label, command in zip(("tracefs:", ""), tracefs_commands(probe, spec.filter)):
-            print(f"  {label:<9} {command}")
-        print(f"  perf:     {perf_command(spec, probe.group, probe.event)}")
-        print(f"  bpftrace: {bpftrace_oneliner(spec, probe)}")
+        for label, command in command_rows(spec, probe):
+            print(f"  {label + ':' if label else '':<9} {command}")
     if not args.dry_run:
         names = " ".join(f"{p.group}:{p.event}" for p in probes)
         print(f"\nrecord with: perf record -e {names.replace(' ', ' -e ')} -aR sleep 1; remove with: kprobe-tui del {probes[0].group}/{probes[0].event}")

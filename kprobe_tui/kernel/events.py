@@ -106,6 +106,16 @@ class DynamicEvent:
                 "owner": self.owner, "definition": self.definition}
 
 
+def kind_of(event: DynamicEvent) -> str:
+    """The probe kind in words, from its prefix and place."""
+    if event.prefix in "pr":
+        side = "u" if event.is_uprobe else "k"
+        return f"{side}{'retprobe' if event.prefix == 'r' else 'probe'}"
+    if event.prefix == "f":
+        return "fexit" if "%return" in event.definition.split(" ", 2)[1] else "fprobe"
+    return {"t": "tprobe", "e": "eprobe", "s": "synth"}.get(event.prefix, event.prefix)
+
+
 def parse_definition(line: str, is_uprobe: bool | None) -> DynamicEvent | None:
     """One line of dynamic_events, kprobe_events or uprobe_events (``is_uprobe`` None: tell from the place)."""
     match = _DEFINITION.match(line.strip())
@@ -166,6 +176,24 @@ class Events:
             elif not sep and event.owner in (THIS_RUN, PERSISTENT, STALE):
                 chosen.append(event)
         return chosen
+
+    def enabled_names(self, instance: str | None = None) -> set[str]:
+        """``group/event`` of every event on in the top-level buffer or an instance: its ``set_event``, one
+        read instead of an enable file per event (empty where there is no such buffer or it is not readable)."""
+        rel = f"instances/{instance}/set_event" if instance else "set_event"
+        try:
+            text = self.tracefs.read(rel)
+        except UserError:
+            return set()
+        return {line.strip().replace(":", "/", 1) for line in text.splitlines() if line.strip()}
+
+    def filter_of(self, group: str, event: str) -> str:
+        """The event's filter in the top-level buffer ("" for none, or when it cannot be read)."""
+        try:
+            text = self.tracefs.read(f"events/{group}/{event}/filter").strip()
+        except UserError:
+            return ""
+        return "" if text == "none" else text
 
     # -- writing -------------------------------------------------------------------------------
 

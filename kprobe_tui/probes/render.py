@@ -268,6 +268,15 @@ def tracefs_commands(probe: CompiledProbe, filter: str | None, tracefs_root: str
     return lines
 
 
+def command_rows(spec: ProbeSpec, probe: CompiledProbe, tracefs_root: str = "/sys/kernel/tracing") -> list[tuple[str, str]]:
+    """(label, command) for one probe, as each tool makes it: the tracefs write (its filter on a row
+    labelled ""), ``perf probe`` and ``bpftrace``; the CLI prints these rows and the builder shows them."""
+    rows = list(zip(("tracefs", ""), tracefs_commands(probe, spec.filter, tracefs_root)))
+    rows.append(("perf", perf_command(spec, probe.group, probe.event)))
+    rows.append(("bpftrace", bpftrace_oneliner(spec, probe)))
+    return rows
+
+
 def admin_handoff(spec: ProbeSpec, probes: list[CompiledProbe], user: str,
                   tracefs_root: str = "/sys/kernel/tracing") -> list[str]:
     """What a user without tracefs write access hands to an administrator: the probe made with

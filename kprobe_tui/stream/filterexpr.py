@@ -200,6 +200,36 @@ def parse(text: str) -> Node:
     return _Parser(text).parse()
 
 
+# --- a probe's own filter, checked before the probe is made ----------------------------------
+
+# Fields every event has that the kernel's filter knows (besides the probe's own arguments).
+COMMON_FIELDS = ("common_pid", "comm", "common_flags", "common_preempt_count", "common_type", "CPU")
+
+
+class FilterFieldError(UserError):
+    """A filter naming a field the event will not have; ``position`` is where in the filter."""
+
+    def __init__(self, message: str, hint: str, position: int) -> None:
+        super().__init__(message, hint)
+        self.position = position
+
+
+def check_fields(text: str, arg_names: list[str]) -> None:
+    """Our filter grammar, and field names the kernel will know for this event (its args, common_*)."""
+    node = parse(text)
+    known = [*arg_names, *COMMON_FIELDS]
+    stack = [node]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, BoolOp):
+            stack += [node.right, node.left]
+        elif isinstance(node, Not):
+            stack.append(node.operand)
+        elif isinstance(node, Compare) and node.field not in known:
+            raise FilterFieldError(f"{node.field!r}: this event has no such field", f"its fields: {', '.join(known)}",
+                                   node.position)
+
+
 # --- evaluation in our view ---------------------------------------------------------------
 
 _NUMERIC = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,

@@ -129,7 +129,8 @@ class KprobeTui(App):
                                             sources=self.sources, line=line, variable=variable,
                                             vmlinux=self.vmlinux, kind=kind,
                                             lab_reason=self.access.reason if self.access.lab else None,
-                                            module=self._module_of(function)))
+                                            module=self._module_of(function),
+                                            catalog=self.catalog if self.binary is None else None))
 
     def _module_of(self, function: str) -> str | None:
         """The kernel module a function is in (its source view and probes use the module's debug info)."""

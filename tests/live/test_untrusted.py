@@ -22,9 +22,10 @@ from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.events import Events
 from kprobe_tui.kernel.tracefs import KernelRefused, Tracefs
 from kprobe_tui.probes.compile import ElfSymbols, compile_spec
+from kprobe_tui.probes.form import BuildRequest, build_preview
+from kprobe_tui.probes.pipeline import ProbeTarget
 from kprobe_tui.probes.render import admin_handoff
 from kprobe_tui.probes.spec import parse_spec
-from kprobe_tui.tui.screens.builder import BuildRequest, build_preview
 from tests.unit.test_admin_handoff import run_as_admin
 from tests.unit.test_untrusted_input import spiced
 
@@ -206,11 +207,13 @@ def test_filter_errors_are_the_kernels_words_for_this_filter(prog, victim):
     # someone else's refusal lands in error_log first: it must not be taken for ours
     with pytest.raises(KernelRefused):
         victim.write("uprobe_events", f"p:mygroup/stale {prog}:0x0 a=%nosuchreg\n")
-    code, _, err = probe("probe", "-x", str(prog), "work", "n=%si:s32", "--filter", "n == 1 n == 2")
+    code, _, err = probe("probe", "-x", str(prog), "work", "n=%si:s32", "--filter", "comm == 1")  # our grammar takes it
     assert code == 2
-    assert "Too many terms in predicate expression" in err and "Invalid register" not in err
+    assert "Expecting string field" in err and "Invalid register" not in err
     assert "kprobe_tui/work" not in victim.read("uprobe_events")  # the probe went with its filter
-    code, _, err = probe("probe", "-x", str(prog), "work", "n=%si:s32", "--filter", "n == 1" + " " * 5000)
+    code, _, err = probe("probe", "-x", str(prog), "work", "n=%si:s32", "--filter", "n == 1 n == 2")
+    assert code == 2 and "filter error at column 8: expected && or || before 'n'" in err  # ours, before the kernel
+    code, _, err = probe("probe", "-x", str(prog), "work", "n=%si:s32", "--filter", f'comm == "{"x" * 5000}"')
     assert code == 2 and "the kernel takes at most 4095 in a filter file" in err
     assert "kprobe_tui/work" not in victim.read("uprobe_events")
 
@@ -292,7 +295,7 @@ def test_random_hostile_builder_forms_reach_the_kernel_as_one_definition_at_most
     rng = random.Random(2424)
     spice = lambda usual: spiced(rng, usual, junk=0.2, payload=0.3)  # noqa: E731
     events = Events(victim)
-    readme = victim.read("README")
+    target = ProbeTarget(victim)
     base = ours(tracefs_root, prog)
     made = 0
     for case in range(300):
@@ -302,7 +305,7 @@ def test_random_hostile_builder_forms_reach_the_kernel_as_one_definition_at_most
             filter=rng.choice(["", "", spice("common_pid > 1"), f"comm == '{spice('bash')}'"]),
             event=rng.choice(["", spice("ev")]),
             group=rng.choice(["", lifetime.run_name(), spice("kptuifuzz")]))
-        preview = build_preview(request, events, readme, None)
+        preview = build_preview(request, target)
         created = []
         if preview.error is None:
             try:

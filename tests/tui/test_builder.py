@@ -476,7 +476,7 @@ async def test_kernel_refusal_shows_the_error_log_with_its_caret_token_marked(pr
 
 
 async def test_lab_mode_hands_the_probe_to_an_administrator_and_writes_nothing(prog, tracefs_root):
-    before = (tracefs_root / "uprobe_events").read_text()
+    before = uprobes_on(tracefs_root, prog)  # only ours: others' tests make probes at the same time
     reason = "cannot write /sys/kernel/tracing/uprobe_events (test)"
 
     class Host(App):
@@ -500,7 +500,7 @@ async def test_lab_mode_hands_the_probe_to_an_administrator_and_writes_nothing(p
         await pilot.pause()
         assert pilot.app.clipboard == "\n".join(admin)
         assert "for an administrator" in str(builder.query_one("#status").render())
-    assert (tracefs_root / "uprobe_events").read_text() == before
+    assert uprobes_on(tracefs_root, prog) == before
 
 
 @pytest.fixture

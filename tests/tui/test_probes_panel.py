@@ -16,14 +16,14 @@ import pytest
 from textual.widgets import DataTable
 
 from kprobe_tui.kernel import lifetime
-from kprobe_tui.kernel.events import Events, parse_definition
+from kprobe_tui.kernel.events import Events
 from kprobe_tui.kernel.sources import locate
 from kprobe_tui.kernel.tracefs import Tracefs
 from kprobe_tui.probes.binary import BinaryCatalog
 from kprobe_tui.probes.compile import ElfSymbols
 from kprobe_tui.tui.app import KprobeTui
 from kprobe_tui.tui.screens.events import EventsScreen
-from kprobe_tui.tui.screens.probes import EditBuilder, ProbesScreen, edit_target
+from kprobe_tui.tui.screens.probes import EditBuilder, ProbesScreen
 from tests.tui.uprobes import uprobes_on
 
 pytestmark = pytest.mark.live
@@ -163,23 +163,3 @@ async def test_edit_recreates_ours_through_the_builder(probes, tracefs_root):
         lines = uprobes_on(tracefs_root, prog)
         assert not any(f"{mine} " in line for line in lines), lines  # the old one is gone
         assert [line.split()[0].split("/")[0] for line in lines if "negate" in line] == [f"p:{lifetime.run_name()}"]
-
-
-def test_edit_target_reads_back_what_the_builder_needs(prog):
-    """Definitions as the kernel prints them: uprobe entry/return/offset, kprobe, fprobe exit."""
-    offset = ElfSymbols(prog).function("add3").file_offset
-    uprobe = parse_definition(f"p:g/e {prog}:0x{offset + 4:016x} a=%di:s64", True)
-    target = edit_target(uprobe, "common_pid != 7")
-    assert (target.function, target.binary, target.kind, target.number, target.args) == (
-        "add3", str(prog), "offset", "+4", "a=%di:s64")
-    assert any("filter (common_pid != 7)" in lost for lost in target.lost)
-    uret = parse_definition(f"r:g/e {prog}:0x{offset:x}", True)
-    assert edit_target(uret).kind == "return"
-    kret = parse_definition("r16:g/e do_sys_openat2+0 ret=$retval", False)
-    assert (edit_target(kret).function, edit_target(kret).kind, edit_target(kret).args) == (
-        "do_sys_openat2", "return", "ret=$retval")
-    fexit = parse_definition("f:g/e vfs_read%return", None)
-    assert (edit_target(fexit).function, edit_target(fexit).kind) == ("vfs_read", "fprobe_exit")
-    with pytest.raises(Exception, match="synth"):
-        edit_target(parse_definition("s:synthetic/lat u64 lat", None))
-

@@ -52,3 +52,21 @@ def test_kernel_refusal_points_at_the_bad_token(tracefs_root):
     assert log.command == command
     assert command[log.caret :] == "%zz"
     assert tracefs.read("uprobe_events") == before
+
+
+def test_what_is_on_and_filtered_is_read_through_events(tmp_path):
+    """The probes panel asks Events (set_event of a buffer, an event's filter), never the files themselves."""
+    from kprobe_tui.kernel.events import Events
+
+    (tmp_path / "set_event").write_text("g:a\nkptui_1:b\n")
+    (tmp_path / "instances" / "run").mkdir(parents=True)
+    (tmp_path / "instances" / "run" / "set_event").write_text("g:a\n")
+    (tmp_path / "events" / "g" / "a").mkdir(parents=True)
+    (tmp_path / "events" / "g" / "a" / "filter").write_text("none\n")
+    (tmp_path / "events" / "g" / "b").mkdir(parents=True)
+    (tmp_path / "events" / "g" / "b" / "filter").write_text("common_pid != 7\n")
+    events = Events(Tracefs(tmp_path))
+    assert events.enabled_names() == {"g/a", "kptui_1/b"}
+    assert events.enabled_names("run") == {"g/a"}
+    assert events.enabled_names("gone") == set()
+    assert (events.filter_of("g", "a"), events.filter_of("g", "b"), events.filter_of("g", "c")) == ("", "common_pid != 7", "")

@@ -23,10 +23,11 @@ from kprobe_tui.kernel.events import Events
 from kprobe_tui.kernel.instance import resolve_events
 from kprobe_tui.kernel.tracefs import KernelRefused, Tracefs, entry_for, parse_error_log
 from kprobe_tui.probes.compile import compile_raw, compile_spec
+from kprobe_tui.probes.form import BuildRequest, build_preview
+from kprobe_tui.probes.pipeline import ProbeTarget
 from kprobe_tui.probes.render import default_event_name, perf_hash, tracefs_commands
 from kprobe_tui.probes.spec import MAX_EVENT_NAME_LEN, check_group, check_name, parse_arg, parse_spec
 from kprobe_tui.stream import filterexpr
-from kprobe_tui.tui.screens.builder import BuildRequest, build_preview
 
 C_PROGRAM = Path(__file__).parents[1] / "tui" / "c" / "builder_prog.c"
 
@@ -154,7 +155,7 @@ def test_run_scoped_group_names_are_refused_wherever_a_user_names_a_group():
             parse_spec(words, binary="/bin/true", group=group and check_group(group))
     assert check_group(lifetime.run_name(), own=lifetime.run_name()) == lifetime.run_name()  # the builder's own
     request = BuildRequest("work", "/bin/true", "entry", group="kptui_99999")
-    assert "run-scoped" in build_preview(request, None, "", None).error.message
+    assert "run-scoped" in build_preview(request, ProbeTarget()).error.message
 
 
 # --- item 2: paths tracefs can say ---------------------------------------------------------------
@@ -200,7 +201,7 @@ def test_tracefs_commands_parse_back_to_the_definition_and_the_filter(prog):
 def test_the_builders_preview_is_quoted_as_well(prog):
     request = BuildRequest("work", str(prog), "entry", args="n=%si", filter="comm == 'bash'", lab=True,
                            group="kprobe_tui")
-    preview = build_preview(request, None, "", None)
+    preview = build_preview(request, ProbeTarget())
     assert preview.error is None
     rows = dict(preview.lines()[:2])
     assert shlex.split(rows["tracefs"])[1] == preview.probes[0].definition()
@@ -358,7 +359,7 @@ def test_random_hostile_text_in_the_builder_never_makes_more_than_one_definition
             filter=rng.choice(["", "n > 1", maybe("n < 3"), f"comm == '{maybe('bash')}'"]),
             event=rng.choice(["", "ev", maybe("ev")]), group=rng.choice(["", "kprobe_tui", maybe("grp")]),
             lab=rng.random() < 0.3)
-        preview = build_preview(request, None, "", None)
+        preview = build_preview(request, ProbeTarget())
         if preview.error is not None:
             continue
         compiled += 1

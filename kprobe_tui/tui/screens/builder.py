@@ -15,12 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import pwd
 import re
-import shlex
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -33,33 +30,28 @@ from textual.widgets import Button, Footer, Header, Input, Select, Static, Tree
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import capabilities, lifetime
-from kprobe_tui.kernel.events import Events
 from kprobe_tui.kernel.sources import KernelSources
-from kprobe_tui.kernel.tracefs import KernelRefused
-from kprobe_tui.probes import guard
-from kprobe_tui.probes.capture import (
-    VariableNode,
-    btf_variables,
-    children,
-    dwarf_variables,
-    next_type,
-    retval_node,
+from kprobe_tui.probes import pipeline
+from kprobe_tui.probes.capture import VariableNode, children
+from kprobe_tui.probes.form import (
+    KINDS,
+    BuildRequest,
+    Preview,
+    build_preview,
+    cycle_type,
+    load_variables,
+    refusal,
+    ticked,
+    toggle_argument,
 )
-from kprobe_tui.probes.compile import compile_spec
-from kprobe_tui.probes.render import admin_handoff
-from kprobe_tui.probes.spec import (
-    DEFAULT_PERSISTENT_GROUP,
-    MAX_EVENT_NAME_LEN,
-    check_filter_text,
-    check_group,
-    check_name,
-    check_text,
-    parse_spec,
-)
-from kprobe_tui.stream import filterexpr
+from kprobe_tui.probes.spec import DEFAULT_PERSISTENT_GROUP
+from kprobe_tui.stream.filterexpr import COMMON_FIELDS
 from kprobe_tui.tui.plain import plain
-from kprobe_tui.tui.widgets.probe_preview import Mark, Preview, ProbePreview
+from kprobe_tui.tui.widgets.probe_preview import ProbePreview
 from kprobe_tui.tui.widgets.variable_tree import VariableTree
+
+if TYPE_CHECKING:
+    from kprobe_tui.kernel.catalog import Catalog
 
 DEBOUNCE_SECONDS = 0.15
 WIDE_COLUMNS = 120  # from here the tree and the preview sit side by side
@@ -67,173 +59,6 @@ WIDE_COLUMNS = 120  # from here the tree and the preview sit side by side
 # Every compile runs on this one thread: pyelftools reads through shared stream positions, so
 # two DWARF questions about one file must never run at once.
 _COMPILER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kprobe-tui-compile")
-
-KINDS = {  # kind -> (label, what the number box takes, or None)
-    "entry": ("entry", None),
-    "return": ("return", None),
-    "line": ("line", "line, from the function's first"),
-    "offset": ("offset", "+bytes into the function"),
-    "fprobe": ("fprobe", None),
-    "fprobe_exit": ("fprobe exit", None),
-}
-# Fields every event has that the kernel's filter knows (besides the probe's own arguments).
-COMMON_FIELDS = ("common_pid", "comm", "common_flags", "common_preempt_count", "common_type", "CPU")
-_NAME_PREFIX = re.compile(r"^[A-Za-z_]\w*=")
-
-
-@dataclass(frozen=True)
-class BuildRequest:
-    """What the form says; compiled off the UI thread."""
-
-    function: str
-    binary: str | None
-    kind: str
-    number: str = ""
-    args: str = ""
-    filter: str = ""
-    vmlinux: str | None = None  # kernel DWARF: line probes and locals in kernel functions
-    event: str = ""  # "" = the generated name
-    group: str = ""  # "" = this run's group
-    lab: bool = False  # lab mode: no guard filter (nobody here displays them yet), admin lines instead
-    module: str | None = None  # the kernel module the function is in: its DWARF, and MODULE:func places
-
-    def place(self) -> str:
-        if self.kind in ("line", "offset"):
-            what = "line" if self.kind == "line" else "offset"
-            text = self.number.strip().removeprefix("+")
-            if not text:
-                raise UserError(f"{what}: no number given", f"type the {KINDS[self.kind][1]} in the box after the kind")
-            try:
-                value = int(text, 0)
-            except ValueError:
-                raise UserError(f"{self.number.strip()!r}: not a number", f"the {what} is decimal or 0x-hex") from None
-            return f"{self.function}:{value}" if self.kind == "line" else f"{self.function}+{value}"
-        return self.function + ("%return" if self.kind in ("return", "fprobe_exit") else "")
-
-    def words(self) -> list[str]:
-        check_text(self.args, "Args")
-        try:
-            return [self.place(), *shlex.split(self.args)]
-        except ValueError as exc:  # an unclosed quote
-            raise UserError(f"{self.args.strip()!r}: {exc}", "close the quote, or drop it") from None
-
-    def fields(self) -> dict[str, str]:
-        """The form's text boxes by name, where an error's token is looked for."""
-        return {"args": self.args, "filter": self.filter, "event": self.event, "group": self.group, "number": self.number}
-
-
-def build_preview(request: BuildRequest, events: Events | None, readme: str, btf_path: str | None) -> Preview:
-    """Parse, guard and compile a request; any UserError becomes the preview, its token marked."""
-    root = str(events.tracefs.root) if events is not None else "/sys/kernel/tracing"
-    try:
-        own_group = None if request.lab else lifetime.run_name()
-        group = check_group(request.group.strip(), own=own_group) if request.group.strip() else own_group or DEFAULT_PERSISTENT_GROUP
-        spec = parse_spec(request.words(), binary=request.binary, fprobe=request.kind.startswith("fprobe"), group=group,
-                          module=request.module)
-        if request.event.strip():
-            spec = replace(spec, event=check_name(request.event.strip(), "event", MAX_EVENT_NAME_LEN))
-        advice = guard.advise(spec)  # our own PID: showing its events must not cause more of them
-        own = None if request.lab else advice.filter
-        spec = replace(spec, filter=guard.combine_filters(request.filter.strip(), own))
-        if spec.filter:
-            check_filter_text(spec.filter)
-        taken = _taken_names(events, group)
-        probes = compile_spec(spec, group, taken, readme=readme, vmlinux=request.vmlinux, btf_path=btf_path)
-        if request.filter.strip():
-            check_filter(request.filter, [a.name for a in probes[0].args])
-    except UserError as exc:
-        mark = _mark(exc, request)
-        if isinstance(exc, filterexpr.FilterError):  # its own caret drawing is replaced by the marked token
-            exc = UserError(f"filter error at column {exc.position + 1}: {exc.problem}", exc.hint)
-        return Preview(error=exc, tracefs_root=root, mark=mark)
-    admin = admin_handoff(spec, probes, _login_name(), root) if request.lab else []
-    return Preview(spec, probes, advice, tracefs_root=root, admin=admin)
-
-
-def _login_name() -> str:
-    """This user's account name from the password database (not $USER: the environment is the user's to set)."""
-    try:
-        return pwd.getpwuid(os.geteuid()).pw_name
-    except KeyError:
-        return str(os.geteuid())
-
-
-def _readable(tracefs, rel: str) -> str:
-    """A tracefs file's text, or "" where it is missing or this user may not read it (lab mode)."""
-    try:
-        return tracefs.read(rel) if tracefs is not None and tracefs.exists(rel) else ""
-    except UserError:
-        return ""
-
-
-def _taken_names(events: Events | None, group: str) -> list[str]:
-    """Event names already in the group; none known when tracefs cannot be listed (the kernel refuses duplicates)."""
-    try:
-        return [e.event for e in events.events_in(group)] if events is not None else []
-    except UserError:
-        return []
-
-
-class FilterFieldError(UserError):
-    """A filter naming a field the event will not have; ``position`` is where in the filter."""
-
-    def __init__(self, message: str, hint: str, position: int) -> None:
-        super().__init__(message, hint)
-        self.position = position
-
-
-def check_filter(text: str, arg_names: list[str]) -> None:
-    """Our filter grammar, and field names the kernel will know for this event (its args, common_*)."""
-    node = filterexpr.parse(text)
-    known = [*arg_names, *COMMON_FIELDS]
-    stack = [node]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, filterexpr.BoolOp):
-            stack += [node.right, node.left]
-        elif isinstance(node, filterexpr.Not):
-            stack.append(node.operand)
-        elif isinstance(node, filterexpr.Compare) and node.field not in known:
-            raise FilterFieldError(f"{node.field!r}: this event has no such field", f"its fields: {', '.join(known)}",
-                                   node.position)
-
-
-def _mark(exc: UserError, request: BuildRequest) -> Mark | None:
-    """The token an error is about, in the box it was typed in: the longest word the message names."""
-    if isinstance(exc, (filterexpr.FilterError, FilterFieldError)):
-        return _word_mark("filter", request.filter, exc.position)
-    best: Mark | None = None
-    for box, text in request.fields().items():
-        for match in re.finditer(r"\S+", text):
-            word = match.group()
-            expression = expression_of(word)[1] or word
-            named = re.search(rf"(?<![\w>.-]){re.escape(expression)}(?!\w)", exc.message)
-            if named and (best is None or len(word) > best.end - best.start):
-                start = len(box) + 2 + match.start()
-                best = Mark(f"{box}: {text}", start, start + len(word))
-    return best
-
-
-def _word_mark(box: str, text: str, position: int) -> Mark:
-    end = re.match(r"\S*", text[position:]).end() + position
-    shown = f"{box}: {text} "  # a trailing cell to mark when the error is at the very end
-    return Mark(shown, len(box) + 2 + position, len(box) + 2 + max(end, position + 1))
-
-
-def load_variables(request: BuildRequest, btf_path: str | None) -> tuple[list[VariableNode], str]:
-    """The tree's roots at the request's place, or [] and what to do instead."""
-    is_return = request.kind in ("return", "fprobe_exit")
-    try:
-        spec = parse_spec([request.place(), "$params"], binary=request.binary,
-                          fprobe=request.kind.startswith("fprobe"), group="g", module=request.module)
-        if request.binary or request.vmlinux or request.module:
-            return dwarf_variables(spec, request.vmlinux), ""
-        if request.kind in ("line", "offset"):
-            return [], "kernel lines and offsets need DWARF (-k VMLINUX): type registers in Args (%di, $stack0)"
-        return btf_variables(request.function, btf_path, is_return=is_return), ""
-    except UserError as exc:
-        registers = "type registers in Args (%di, $arg1, $stack0)"
-        return ([retval_node()] if is_return else []), f"{exc.message}: {registers}"
 
 
 class FieldSuggester(Suggester):
@@ -250,26 +75,6 @@ class FieldSuggester(Suggester):
         word = match.group()
         found = next((name for name in self.names if name.startswith(word) and name != word), None)
         return value + found[len(word):] if found else None
-
-
-def argument_words(args: str) -> list[str]:
-    """Args split like the compiler splits it; an unclosed quote falls back to spaces."""
-    try:
-        return shlex.split(args)
-    except ValueError:
-        return args.split()
-
-
-def expression_of(word: str) -> tuple[str, str, str | None]:
-    """A word of Args as (NAME= prefix, expression, :TYPE or None)."""
-    prefix = _NAME_PREFIX.match(word)
-    head = prefix.group() if prefix else ""
-    expression, _, type_ = word[len(head):].partition(":")
-    return head, expression, type_ or None
-
-
-def join_words(words: list[str]) -> str:
-    return " ".join(word if re.fullmatch(r"[^\s'\"\\]+", word) else shlex.quote(word) for word in words)
 
 
 class ProbeBuilderScreen(Screen):
@@ -332,21 +137,21 @@ class ProbeBuilderScreen(Screen):
         kind: str = "entry",
         lab_reason: str | None = None,
         module: str | None = None,
+        catalog: Catalog | None = None,
     ) -> None:
         """``line`` and ``variable`` prefill a line probe capturing that variable (from a source view);
         ``vmlinux`` is the kernel's debug info, for C-level probes in kernel functions; ``lab_reason``
         (why this user cannot write tracefs) turns Create into a hand-off to an administrator; ``module``:
-        the kernel module the function is in (its debug info, and probes placed as MODULE:func)."""
+        the kernel module the function is in (its debug info, and probes placed as MODULE:func); ``catalog``:
+        the kernel's functions, which refuse unknown and blacklisted ones (made from ``sources`` if not given)."""
         super().__init__()
         self.function = function
         self.vmlinux = vmlinux
         self.module = module or None
         self.lab_reason = lab_reason
         self.binary = os.path.abspath(binary) if binary else None  # resolved and checked by parse_spec
-        self.tracefs = sources.tracing() if sources is not None and sources.tracefs is not None else None
-        self.events = Events(self.tracefs) if self.tracefs is not None else None
-        self.readme = _readable(self.tracefs, "README")
-        self.btf_path = str(sources.btf_vmlinux) if sources is not None and not self.binary else None
+        self.probe_target = pipeline.ProbeTarget.of(sources, catalog=catalog, kernel=not self.binary)
+        self.events = self.probe_target.events
         fprobe = not self.binary and sources is not None and capabilities.detect(sources).has("fprobe")
         self.kinds = [k for k in KINDS if not k.startswith("fprobe") or fprobe]
         self.initial_kind = "line" if line is not None else kind  # "return" from the source view's Return
@@ -366,8 +171,8 @@ class ProbeBuilderScreen(Screen):
                                      "", None if self.binary else vmlinux, "", self.initial_group, bool(lab_reason),
                                      self.module)
         self._opening_work = {  # the preview first: it is what Create will write
-            "preview": _COMPILER.submit(build_preview, self._opening, self.events, self.readme, self.btf_path),
-            "variables": _COMPILER.submit(load_variables, self._opening, self.btf_path),
+            "preview": _COMPILER.submit(build_preview, self._opening, self.probe_target),
+            "variables": _COMPILER.submit(load_variables, self._opening, self.probe_target.btf_path),
         }
 
     def compose(self) -> ComposeResult:
@@ -490,7 +295,7 @@ class ProbeBuilderScreen(Screen):
     async def _compile(self, request: BuildRequest) -> None:
         if self.preview is not None:  # the first preview, on opening, waits for nobody's typing
             await asyncio.sleep(DEBOUNCE_SECONDS)  # a newer keystroke cancels this worker here, before it compiles
-        preview = await self._off_thread("preview", request, build_preview, self.events, self.readme, self.btf_path)
+        preview = await self._off_thread("preview", request, build_preview, self.probe_target)
         self._show_preview(preview)  # not reached when cancelled meanwhile: the newer request shows instead
 
     async def _off_thread(self, what: str, request: BuildRequest, function, *args):
@@ -521,7 +326,7 @@ class ProbeBuilderScreen(Screen):
     async def _load_variables(self, request: BuildRequest) -> None:
         if self._variables_shown:  # as the preview: only a change of place typed in waits
             await asyncio.sleep(DEBOUNCE_SECONDS)
-        self._show_variables(await self._off_thread("variables", request, load_variables, self.btf_path))
+        self._show_variables(await self._off_thread("variables", request, load_variables, self.probe_target.btf_path))
 
     def _show_variables(self, answer: tuple[list[VariableNode], str]) -> None:
         if not self.is_attached:
@@ -550,11 +355,7 @@ class ProbeBuilderScreen(Screen):
         tree.add_children(event.node, kids)
 
     def _sync_ticks(self, args: str) -> None:
-        ticked = {}
-        for word in argument_words(args):
-            _, expression, type_ = expression_of(word)
-            ticked[expression] = type_
-        self.query_one(VariableTree).show_ticked(ticked)
+        self.query_one(VariableTree).show_ticked(ticked(args))
 
     @on(VariableTree.Toggled)
     def _toggle(self, event: VariableTree.Toggled) -> None:
@@ -562,24 +363,12 @@ class ProbeBuilderScreen(Screen):
             self._set_status(f"{event.node.expression}: {event.node.why_not}", "warning")
             return
         args = self.query_one("#args", Input)
-        words = argument_words(args.value)
-        kept = [word for word in words if expression_of(word)[1] != event.node.expression]
-        args.value = join_words(kept if len(kept) != len(words) else [*words, event.node.argument])
+        args.value = toggle_argument(args.value, event.node)
 
     @on(VariableTree.TypeCycled)
     def _cycle_type(self, event: VariableTree.TypeCycled) -> None:
         args = self.query_one("#args", Input)
-        words = argument_words(args.value)
-        for index, word in enumerate(words):
-            head, expression, type_ = expression_of(word)
-            if expression == event.node.expression:
-                new = next_type(type_, event.step)
-                words[index] = head + expression + (f":{new}" if new else "")
-                break
-        else:
-            new = next_type(event.node.default_type, event.step)
-            words.append(event.node.expression + (f":{new}" if new else ""))
-        args.value = join_words(words)
+        args.value, new = cycle_type(args.value, event.node, event.step)
         self._set_status(f"{event.node.expression}: read as {new or 'its C type'} (t: next type, T: previous)")
 
     def action_focus_variables(self) -> None:
@@ -597,7 +386,7 @@ class ProbeBuilderScreen(Screen):
 
     @on(Button.Pressed, "#handoff")
     def action_handoff(self) -> None:
-        preview = _COMPILER.submit(build_preview, self.request(), self.events, self.readme, self.btf_path).result()
+        preview = _COMPILER.submit(build_preview, self.request(), self.probe_target).result()
         self._show_preview(preview)
         if preview.error is not None:
             self._set_status(f"nothing to hand over: {preview.error.message}", "error")
@@ -623,40 +412,31 @@ class ProbeBuilderScreen(Screen):
         if self.events is None:
             self._set_status("no tracefs to create probes in (a snapshot is read-only)", "error")
             return
-        preview = _COMPILER.submit(build_preview, request, self.events, self.readme, self.btf_path).result()
+        preview = _COMPILER.submit(build_preview, request, self.probe_target).result()
         self._show_preview(preview)
         if preview.error is not None:
             self._set_status(f"not created: {preview.error.message}", "error")
             return
-        if preview.advice.needs_confirmation and self._confirmed != request:
+        try:
+            made = pipeline.create(preview.plan, self.events, run_scoped=True, pin=pin,
+                                   confirmed=self._confirmed == request)
+        except pipeline.GuardUnconfirmed:
             self._confirmed = request
             self._set_status("the feedback guard warns (see the preview): press Create again to create it anyway", "warning")
             return
-        self._confirmed = None
-        try:
-            made = self.events.create(preview.probes, run_scoped=True)
-            if pin:
-                made = [self.events.pin(event) for event in made]
-        except KernelRefused as exc:
-            self._show_refusal(preview, exc)
-            return
         except UserError as exc:
-            self._set_status(str(exc), "error")
+            self._confirmed = None
+            refused = refusal(preview, exc)
+            if refused is None:
+                self._set_status(str(exc), "error")
+                return
+            self._show_preview(refused)
+            self._set_status(f"not created: {refused.error.message}", "error")
             return
+        self._confirmed = None
         names = [event.full_name for event in made]
         self.created += names
         kept = " (kept after exit: remove with kprobe-tui del)" if pin else " (removed when kprobe-tui exits)"
         self._set_status(f"created {', '.join(names)}{kept}")
         self._recompile(force=True)  # the next Create takes the next free name
         self.post_message(self.Created(names))
-
-    def _show_refusal(self, preview: Preview, exc: KernelRefused) -> None:
-        """The kernel's error_log entry in the preview, the token its caret points at reversed."""
-        log = exc.log
-        mark = None
-        if log is not None and log.caret >= 0:
-            end = re.match(r"\S*", log.command[log.caret:]).end() + log.caret
-            mark = Mark(f"kernel: {log.command} ", len("kernel: ") + log.caret, len("kernel: ") + max(end, log.caret + 1))
-        message = f"the kernel refused it: {log.source}: {log.message}" if log is not None else exc.message
-        self._show_preview(replace(preview, error=UserError(message, exc.hint or "see the marked token"), mark=mark))
-        self._set_status(f"not created: {message}", "error")

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual import on, work
@@ -34,84 +33,26 @@ from kprobe_tui.kernel.events import (
     THIS_RUN,
     DynamicEvent,
     Events,
+    kind_of,
 )
 from kprobe_tui.kernel.profile import ProbeHits, rates, read_hits
-from kprobe_tui.kernel.tracefs import Tracefs
-from kprobe_tui.probes.compile import ElfSymbols
+from kprobe_tui.probes.edit import EditTarget, edit_target
 from kprobe_tui.probes.spec import DEFAULT_PERSISTENT_GROUP
 from kprobe_tui.textsafe import printable
 from kprobe_tui.tui.plain import plain
 from kprobe_tui.tui.screens.builder import ProbeBuilderScreen
 from kprobe_tui.tui.screens.events import EventsScreen
 
+if TYPE_CHECKING:
+    from kprobe_tui.kernel.tracefs import Tracefs
+
 REFRESH_SECONDS = 1.0
 OURS = (THIS_RUN, PERSISTENT)
-EDITABLE_KINDS = "prf"  # what the builder makes: kprobes, uprobes, fprobes (and their return forms)
 COLUMNS = (("mark", ""), ("name", "group/event"), ("kind", "kind"), ("hits", "hits"), ("rate", "/s"),
            ("misses", "miss"), ("on", "on"))
 _OWNER_WORDS = {THIS_RUN: "this run (removed on exit)", PERSISTENT: "kprobe-tui (kept until del)",
                 OTHER_RUN: "another running kprobe-tui", STALE: "a kprobe-tui run that died (kprobe-tui cleanup)",
                 OTHERS: "someone else"}
-
-
-def kind_of(event: DynamicEvent) -> str:
-    """The probe kind in words, from its prefix and place."""
-    if event.prefix in "pr":
-        side = "u" if event.is_uprobe else "k"
-        return f"{side}{'retprobe' if event.prefix == 'r' else 'probe'}"
-    if event.prefix == "f":
-        return "fexit" if "%return" in event.definition.split(" ", 2)[1] else "fprobe"
-    return {"t": "tprobe", "e": "eprobe", "s": "synth"}.get(event.prefix, event.prefix)
-
-
-@dataclass(frozen=True)
-class EditTarget:
-    """What the builder can be prefilled with from a probe's definition, and what is lost."""
-
-    function: str
-    binary: str | None
-    kind: str  # a builder kind: entry, return, offset, fprobe, fprobe_exit
-    number: str
-    args: str
-    lost: tuple[str, ...]
-
-
-def edit_target(event: DynamicEvent, top_filter: str = "") -> EditTarget:
-    """Read back a definition into builder fields; a UserError when the builder cannot make it."""
-    if event.prefix not in EDITABLE_KINDS:
-        raise UserError(f"{event.full_name} is a {kind_of(event)}: the builder makes kprobes, uprobes and fprobes only")
-    words = event.definition.split()
-    place, args = words[1], " ".join(words[2:])
-    lost = ["its name (the builder picks a free one in this run's group)"]
-    if event.group != lifetime.run_name():
-        lost.append(f"its group {event.group}: the new probe is this run's (Pin keeps it after exit)")
-    if top_filter and top_filter != "none":
-        lost.append(f"its filter ({top_filter}): type it again")
-    if event.prefix == "f":
-        function = place.removesuffix("%return")
-        return EditTarget(function, None, "fprobe_exit" if place.endswith("%return") else "fprobe", "", args, tuple(lost))
-    kind = "return" if event.prefix == "r" else "entry"
-    if event.is_uprobe:
-        binary, _, offset_text = place.rpartition(":")
-        try:
-            offset = int(offset_text.split("(", 1)[0], 16)
-        except ValueError:
-            raise UserError(f"{event.full_name}: cannot read its place {place!r}", "build it again from the function list") from None
-        symbols = ElfSymbols(binary)
-        function, into = next(((sym.name, offset - sym.file_offset) for same in symbols.functions.values() for sym in same
-                               if sym.file_offset <= offset < sym.file_offset + max(sym.size, 1)), (None, 0))
-        if function is None:
-            raise UserError(f"0x{offset:x} is in no function of {binary}", "build a new probe from the function list")
-    else:
-        binary = None
-        function, _, into_text = place.partition("+")
-        if function.startswith("0x"):
-            raise UserError(f"{event.full_name} is placed by address ({function})", "build it again from the function list")
-        into = int(into_text or "0", 0)
-    if into and kind == "entry":
-        lost.append("its source line, if it had one: it comes back as an offset into the function")
-        return EditTarget(function, binary, "offset", f"+{into}", args, tuple(lost))
-    return EditTarget(function, binary, kind, "", args, tuple(lost))
 
 
 @dataclass(frozen=True)
@@ -122,14 +63,6 @@ class Sample:
     hits: dict[str, ProbeHits]
     enabled: dict[str, str]  # group/event -> "top", "run", "top+run" or ""
     taken: float
-
-
-def _enabled_in(buffer: Path) -> set[str]:
-    """``group/event`` of every event on in a buffer (empty when there is no such buffer or it is not readable)."""
-    try:
-        return {line.strip().replace(":", "/", 1) for line in (buffer / "set_event").read_text().splitlines()}
-    except OSError:
-        return set()
 
 
 class EditBuilder(ProbeBuilderScreen):
@@ -232,9 +165,7 @@ class ProbesScreen(Screen):
         except UserError as exc:
             self.app.call_from_thread(self._say, str(exc), "error")
             events = []
-        # set_event lists what is on in a buffer: one read each instead of an enable file per event
-        on_in = {label: _enabled_in(root) for label, root in (
-            ("top", self.tracefs.root), ("run", self.tracefs.path(f"instances/{lifetime.run_name()}")))}
+        on_in = {"top": self.events.enabled_names(), "run": self.events.enabled_names(lifetime.run_name())}
         enabled = {event.full_name: "+".join(label for label, names in on_in.items() if event.full_name in names)
                    for event in events}
         return Sample(events, read_hits(self.tracefs), enabled, time.monotonic())
@@ -452,16 +383,13 @@ class ProbesScreen(Screen):
         if event is None:
             return
         try:
-            top_filter = self.tracefs.read(f"events/{event.group}/{event.event}/filter").strip()
-        except UserError:
-            top_filter = ""
-        try:
-            target = edit_target(event, top_filter)
+            target = edit_target(event, self.events.filter_of(event.group, event.event))
         except UserError as exc:
             self._say(str(exc), "error")
             return
         if not self._writable(event, "edit", "b", f"sudo kprobe-tui del {event.full_name}, then create it anew"):
             return
         app = self.app
+        kernel_catalog = getattr(app, "catalog", None) if getattr(app, "binary", None) is None else None
         app.push_screen(EditBuilder(event, self.events, target, sources=getattr(app, "sources", None),
-                                    vmlinux=getattr(app, "vmlinux", None)))
+                                    vmlinux=getattr(app, "vmlinux", None), catalog=kernel_catalog))

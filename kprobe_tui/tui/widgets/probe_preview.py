@@ -1,76 +1,24 @@
 """What the probe builder would write, shown as the tools would write it: tracefs, perf, bpftrace.
 
-The preview is data (``Preview``) made off the UI thread by the builder; this widget only renders
-it, each line labelled for a learner. ``compact`` (80 columns) keeps each command to one line,
+The preview is data (``probes.form.Preview``) made off the UI thread by the pipeline; this widget
+only renders it, each line labelled for a learner. ``compact`` (80 columns) keeps each command to one line,
 cut with an ellipsis: the copy keys copy it whole. An error shows the text it came from with the
 offending token in reverse video.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from kprobe_tui.errors import UserError
-from kprobe_tui.probes.guard import GuardAdvice
-from kprobe_tui.probes.render import bpftrace_oneliner, perf_command, tracefs_commands
-from kprobe_tui.probes.spec import CompiledProbe, ProbeSpec
+from kprobe_tui.probes.form import Preview
 from kprobe_tui.textsafe import printable
 
 LABEL_WIDTH = 9
 COPYABLE = ("tracefs", "perf", "bpftrace")  # row labels whose text the copy keys take
-
-
-@dataclass(frozen=True)
-class Mark:
-    """Where an error points: ``text`` as the user (or the kernel) sees it, ``start:end`` the token."""
-
-    text: str
-    start: int
-    end: int
-
-
-@dataclass
-class Preview:
-    """A compiled request, or the error that stopped it (with the offending token marked)."""
-
-    spec: ProbeSpec | None = None
-    probes: list[CompiledProbe] = field(default_factory=list)
-    advice: GuardAdvice | None = None
-    error: UserError | None = None
-    tracefs_root: str = "/sys/kernel/tracing"
-    mark: Mark | None = None
-    admin: list[str] = field(default_factory=list)  # lab mode: what to hand to an administrator
-
-    def lines(self) -> list[tuple[str, str]]:
-        """(label, text) rows: per probe the tracefs write, its filter, perf and bpftrace; then notes."""
-        if self.error is not None:
-            rows = [("error", self.error.message)]
-            rows += [("at", self.mark.text)] if self.mark is not None else []
-            return rows + ([("hint", self.error.hint)] if self.error.hint else [])
-        rows: list[tuple[str, str]] = []
-        for probe in self.probes:
-            rows += zip(("tracefs", ""), tracefs_commands(probe, self.spec.filter, self.tracefs_root))
-            rows.append(("perf", perf_command(self.spec, probe.group, probe.event)))
-            rows.append(("bpftrace", bpftrace_oneliner(self.spec, probe)))
-            rows += [("note", note) for note in probe.notes]
-        for warning in self.advice.warnings if self.advice else ():
-            rows.append(("warning", warning))
-        rows += [("admin", line) for line in self.admin]
-        return rows
-
-    def copy_text(self, what: str) -> str:
-        """The whole text of one tool's rows (``tracefs`` includes its filter line), for the clipboard."""
-        taken, current = [], ""
-        for label, text in self.lines():
-            current = label or current
-            if current == what:
-                taken.append(text)
-        return "\n".join(taken)
 
 
 class ProbePreview(Static):
