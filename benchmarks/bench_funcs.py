@@ -71,7 +71,7 @@ def main() -> int:
         ratio = statistics.median(times[name]) / reference
         print(f"{name:<22}{describe(times[name])}  {ratio:5.2f}x perf  ({lines[name]} lines)")
     for name in floors:
-        print(f"floor: {name:<15}{describe(times[name])}")
+        print(f"floor: {name:<16}{describe(times[name])}")
     print(f"load average before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "
           f"after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
     return 0

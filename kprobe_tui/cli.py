@@ -34,7 +34,8 @@ class LazyCommands(argparse._SubParsersAction):
         if self._name_parser_map.get(name) is None and name in self._modules:
             del self._name_parser_map[name]
             importlib.import_module(f"kprobe_tui.commands.{self._modules[name]}").add_parser(self)
-            add_common_options(self._name_parser_map[name], top=False)
+            if name not in PERF_COMMANDS:
+                add_common_options(self._name_parser_map[name], top=False)
 
     def __call__(self, parser, namespace, values, option_string=None):
         self.load(values[0])
@@ -98,11 +99,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 # What the TUI (no command) acts on.
 TUI_OPTIONS = frozenset({"binary", "vmlinux", "source_dir"})
+# ``probe`` speaks perf probe's command line, which argparse cannot read (options in order, -x applying
+# to the probes after it, one probe from the words after the options): what follows its name goes to
+# its own reader (perfprobe/args.py), with the options given before its name counted as given first.
+PERF_COMMANDS = frozenset({"probe"})
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    at = command_index(parser, argv)
+    if at is not None and argv[at] in PERF_COMMANDS:
+        args = parser.parse_args(argv[:at])
+        args.command, args.words = argv[at], argv[at + 1 :]
+        importlib.import_module(f"kprobe_tui.commands.{args.command}").prepare(args)
+    else:
+        args = parser.parse_args(argv)
     if args.command is None:
         # Textual repaints one frame period after a change: at its default 60 fps that alone is
         # 16.7 ms, a whole keystroke's budget when filtering 100k names as you type.
@@ -119,6 +131,23 @@ def main(argv: list[str] | None = None) -> int:
         return _reporting_errors(lambda a: args.run(check_targets(a, options, args.command)), args)
     finally:
         sys.stdout, sys.stderr = streams
+
+
+def command_index(parser: argparse.ArgumentParser, argv: list[str]) -> int | None:
+    """Where the command's name is in ``argv``: the first word that is neither a top-level option nor its value."""
+    at = 0
+    while at < len(argv):
+        word = argv[at]
+        if word == "--" or not word.startswith("-") or word == "-":
+            return at if word != "--" else None
+        flag = word.split("=", 1)[0] if word.startswith("--") else word[:2]
+        action = parser._option_string_actions.get(flag)
+        if action is None and word.startswith("--"):  # an abbreviation argparse accepts too
+            found = {id(a): a for name, a in parser._option_string_actions.items() if name.startswith(flag)}
+            action = next(iter(found.values())) if len(found) == 1 else None
+        attached = "=" in word if word.startswith("--") else len(word) > 2
+        at += 2 if action is not None and action.nargs != 0 and not attached else 1
+    return None
 
 
 def check_targets(args, accepted: frozenset[str], what: str):

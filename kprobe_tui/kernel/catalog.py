@@ -47,6 +47,8 @@ STATUS_HELP = {
 }
 
 _HEX = frozenset("0123456789abcdefABCDEF")
+# kallsyms types of functions: t/T, and w/W for __weak ones (abort, arch hooks); weak data is v/V.
+_TEXT_KINDS = "tTwW"
 _KALLSYMS_LINE = re.compile(r"^([0-9a-fA-F]+) ([A-Za-z]) (\S+)(?:[ \t]+\[([^\]\s]+)\])?[ \t]*$", re.M)
 
 # Padding (CONFIG_CALL_PADDING) and CFI stubs sit before functions in kallsyms; they are not functions.
@@ -193,7 +195,7 @@ class Catalog:
         symbols = self._symbols
         padding = self._padding_addresses
         for address, kind, name, module in rows:
-            if kind not in "tT":
+            if kind not in _TEXT_KINDS:
                 continue
             if name.startswith(_NOT_FUNCTIONS):
                 padding.append(address)
@@ -216,7 +218,7 @@ class Catalog:
     def _matching_rows(self, text: str) -> list[tuple[str, str, str, str]]:
         """kallsyms rows (address, kind, name, module) of text symbols whose names match, found from the
         literal ``" t "`` before a name; each row's address is checked to be the whole start of its line."""
-        pattern = re.compile(rf" ([tT]) ({self._name_regex})(?:[ \t]+\[([^\]\s]+)\])?[ \t]*$", re.M | self._name_flags)
+        pattern = re.compile(rf" ([{_TEXT_KINDS}]) ({self._name_regex})(?:[ \t]+\[([^\]\s]+)\])?[ \t]*$", re.M | self._name_flags)
         rows = []
         for match in pattern.finditer(text):
             start = text.rfind("\n", 0, match.start()) + 1
@@ -286,6 +288,10 @@ class Catalog:
     def module(self, name: str) -> str:
         symbols = self._symbols.get(name)
         return symbols[0][1] if symbols else (self._ftrace or {}).get(name, "")
+
+    def symbol_modules(self, name: str) -> list[str]:
+        """The module of each kallsyms text symbol of this name ("" for the core kernel), one per symbol."""
+        return [module for _, module in self._symbols.get(name, ())]
 
     def _symbols_of(self, name: str) -> tuple[Symbol, ...]:
         return tuple(Symbol(int(address, 16), module) for address, module in self._symbols.get(name, ()))

@@ -81,6 +81,11 @@ class BinaryCatalog:
             found = self._classified[name] = self._classify(name, self._symbols.get(name, []))
         return found
 
+    def defined_count(self, name: str) -> int:
+        """How many function bodies of this name the file defines (a static function of two files: 2);
+        imports and PLT stubs are not bodies."""
+        return sum(1 for s in self._symbols.get(name, []) if s.section and s.section not in _STUB_SECTIONS)
+
     def _classify(self, name: str, symbols: list[_FunctionSymbol]) -> tuple[Status, str]:
         defined = [s for s in symbols if s.section]
         if not defined:

@@ -34,6 +34,20 @@ from kprobe_tui.probes.spec import (
     sized,
 )
 
+# What a probe's notes say when it is on an inlined copy, or past the prologue (perf says both its own way).
+INLINED_NOTE = "inlined copy in "
+PROLOGUE_NOTE = "prologue skipped (probe 0x{entry:x} to see the function's very first instruction)"
+
+
+def prologue_entry(notes: Iterable[str]) -> int | None:
+    """The function entry a probe's prologue skip moved away from, if its notes say so."""
+    for note in notes:
+        found = re.fullmatch(re.escape(PROLOGUE_NOTE).replace(r"0x\{entry:x\}", "0x([0-9a-f]+)"), note)
+        if found:
+            return int(found[1], 16)
+    return None
+
+
 # x86_64 System V: integer parameters 1..6.
 ARG_REGISTERS = ("di", "si", "dx", "cx", "r8", "r9")
 
@@ -357,7 +371,7 @@ def dwarf_points(spec: ProbeSpec, vmlinux: str | None = None) -> tuple[Any, list
         raise UserError(f"{spec.place_text()!r}: no probeable address", "for a line, see which lines are probeable: kprobe-tui lines FUNC")
     moved = []
     for point, place in points:
-        notes: list[str] = [f"inlined copy in {point.function}"] if point.is_inline else []
+        notes: list[str] = [f"{INLINED_NOTE}{point.function}"] if point.is_inline else []
         moved.append((_moved_point(info, spec, point, notes), place, notes))
     return info, moved
 
@@ -437,7 +451,7 @@ def _moved_point(info, spec: ProbeSpec, point, notes: list[str]):
     elif _skips_prologue(info, spec, point):
         address = _after_prologue(info, point.address)
         if address != point.address:
-            notes.append(f"prologue skipped (probe 0x{point.address:x} to see the function's very first instruction)")
+            notes.append(PROLOGUE_NOTE.format(entry=point.address))
     if address == point.address:
         return point
     function = info.real_function_at(info.cu(info.aranges.cu_at(point.address)), address)
