@@ -111,6 +111,7 @@ def _add(command: PerfCommand, show_only: bool = False) -> int:
 def _plan(command: PerfCommand, definition, kernel, tracefs, strict: bool):
     """One definition compiled through the pipeline, in perf's dialect, with perf's default group."""
     from kprobe_tui.probes import pipeline
+    from kprobe_tui.probes.spec import TypeRefused
 
     try:
         module = pipeline.module_name(definition.module) if definition.module else None
@@ -118,8 +119,10 @@ def _plan(command: PerfCommand, definition, kernel, tracefs, strict: bool):
                                         vmlinux=command.vmlinux, fprobe=command.fprobe, filter=command.event_filter,
                                         group=_default_group(definition.binary), dialect="perf")
         pipeline.parse(request)
-    except UserError as exc:
+    except TypeRefused as exc:
         raise _failed(exc, EINVAL) from None
+    except UserError as exc:  # bad syntax: perf's usage status when an option carried it, -EINVAL after the options
+        raise _failed(exc, perfargs.USAGE if definition.from_option else EINVAL) from None
     target = pipeline.ProbeTarget(
         tracefs, btf_path=str(kernel.btf_vmlinux), strict=strict, debuginfod=_debuginfod(command),
         catalog=None if definition.binary else (lambda: _catalog_for(kernel, request)))
@@ -304,7 +307,8 @@ def _delete(command: PerfCommand) -> int:
         raise PerfError("failed to delete events: none matched", "see them with: kprobe-tui probe -l", ENOENT)
     from kprobe_tui.perfprobe.text import removed
 
-    for event in sorted(doomed, key=lambda e: e.is_uprobe):  # perf: kprobe_events first, then uprobe_events
+    # perf: kprobe_events first, then uprobe_events, each in the order of its sorted GROUP:EVENT list (a strlist)
+    for event in sorted(doomed, key=lambda e: (e.is_uprobe, f"{e.group}:{e.event}".encode())):
         try:
             events.delete(event)
         except UserError as exc:
@@ -348,7 +352,8 @@ def _list(command: PerfCommand) -> int:
     for rel, is_uprobe in (("kprobe_events", False), ("uprobe_events", True)):
         if not tracefs.exists(rel):
             continue
-        for line in tracefs.read(rel).splitlines():
+        # perf reads each file into a strlist: its lines sorted as strcmp sorts them, not the kernel's order
+        for line in sorted(tracefs.read(rel).splitlines(), key=str.encode):
             event = parse_definition(line, is_uprobe)
             if event is None or not (chosen.matches(event.event) or chosen.matches(f"{event.group}:{event.event}")):
                 continue
@@ -390,7 +395,7 @@ def _lines(command: PerfCommand) -> int:
     try:
         spec = LineSpec.parse(command.line)
     except UserError as exc:
-        raise _failed(exc, EINVAL) from None
+        raise _failed(exc, perfargs.USAGE) from None
     try:
         info = open_target(_target_args(command))
         text, note = render(info, find_line_range(info, spec))
@@ -413,11 +418,11 @@ def _vars(command: PerfCommand) -> int:
     for definition in command.definitions:
         words = definition.words
         if len(words) != 1:
-            raise PerfError("'--vars' doesn't accept arguments", "give the probe point alone", EINVAL)
+            raise PerfUsageError("'--vars' doesn't accept arguments", "give the probe point alone")
         try:
             spec = ProbeSpec.parse(words[0])
         except UserError as exc:
-            raise _failed(exc, EINVAL) from None
+            raise _failed(exc, perfargs.USAGE) from None
         try:
             info = open_target(replace_target(_target_args(command), definition))
             points = info.probe_points(spec, externs=command.externs)

@@ -55,6 +55,7 @@ class Definition:
     text: str  # as perf joins it: split on spaces into the place and its arguments
     binary: str | None = None  # -x (resolved, as perf makes it absolute)
     module: str | None = None  # -m
+    from_option: bool = False  # -a/-D/-V: perf parses it in the option's callback, so bad syntax is a usage error (129)
 
     @property
     def words(self) -> tuple[str, ...]:
@@ -200,7 +201,8 @@ def parse(words: list[str]) -> PerfCommand:
             target_used = True
         command.action = "add"
     if command.action in ("add", "definition") and not target_used:
-        raise PerfUsageError("-x/-m must follow the probe definitions", "put -x BINARY (or -m MODULE) before the probes it is for")
+        raise PerfError("-x/-m must follow the probe definitions", "put -x BINARY (or -m MODULE) before the probes it is for",
+                        EINVAL)
     return command
 
 
@@ -241,7 +243,7 @@ def _apply(command: PerfCommand, option: _Option, value: str | None, target_used
                                  "one of -a, -d, -D, -l, -L, -V, -F at a time")
         command.action = action
         if name in ("add", "definition", "vars"):
-            command.definitions.append(Definition(value, command.binary, command.module))
+            command.definitions.append(Definition(value, command.binary, command.module, from_option=True))
             return True
         if name == "line":
             command.line = command.line or value  # perf: "only the first one is valid"

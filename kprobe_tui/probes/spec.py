@@ -149,8 +149,13 @@ class ProbeSpec:
         return text
 
 
-def _fail(token: str, why: str, hint: str) -> UserError:
-    return UserError(f"{token!r}: {why}", hint)
+def _fail(token: str, why: str, hint: str, kind: type[UserError] = UserError) -> UserError:
+    return kind(f"{token!r}: {why}", hint)
+
+
+class TypeRefused(UserError):
+    """A fetch-arg type the kernel does not know: well-formed, refused for what it names (perf finds it
+    after parsing the command line, so its exit status differs from a syntax error's)."""
 
 
 def check_text(text: str, what: str) -> str:
@@ -237,6 +242,7 @@ def check_type(type_text: str) -> str:
         "unknown type",
         "use s8/16/32/64, u8/16/32/64, x8/16/32/64 (or s, u, x: the width from the debug info), char, string, "
         "ustring, symbol, b<w>@<o>/<c>, or <type>[N]",
+        TypeRefused,
     )
 
 
