@@ -117,7 +117,7 @@ def _plan(command: PerfCommand, definition, kernel, tracefs, strict: bool):
         module = pipeline.module_name(definition.module) if definition.module else None
         request = pipeline.ProbeRequest(definition.words, binary=definition.binary, module=module,
                                         vmlinux=command.vmlinux, fprobe=command.fprobe, filter=command.event_filter,
-                                        group=_default_group(definition.binary), dialect="perf")
+                                        group=command.group or _default_group(definition.binary), dialect="perf")
         pipeline.parse(request)
     except TypeRefused as exc:
         raise _failed(exc, EINVAL) from None

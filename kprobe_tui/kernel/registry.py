@@ -38,8 +38,10 @@ _HEX = re.compile(r"0x([0-9a-fA-F]+)")
 
 def normal(definition: str) -> str:
     """A definition line as the kernel would show it back: words single-spaced, hex numbers without
-    padding (uprobe_events shows ``/bin/prog:0x000000000000113b`` for ``/bin/prog:0x113b``)."""
-    return " ".join(_HEX.sub(lambda m: f"0x{int(m[1], 16):x}", word) for word in definition.split())
+    padding (uprobe_events shows ``/bin/prog:0x000000000000113b`` for ``/bin/prog:0x113b``), and a
+    fetch-arg written without a name (perf's ``%di``, ``$retval``) named as the kernel names it, argN."""
+    words = [_HEX.sub(lambda m: f"0x{int(m[1], 16):x}", word) for word in definition.split()]
+    return " ".join(words[:2] + [word if "=" in word else f"arg{n}={word}" for n, word in enumerate(words[2:], 1)])
 
 
 def record(group: str, event: str, definitions: Iterable[str]) -> None:

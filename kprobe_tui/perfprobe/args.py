@@ -10,7 +10,7 @@
 * Long options may be shortened to any unique prefix; short ones cluster (``-nv``) and take a value
   attached or as the next word; ``--name=value`` works for long ones.
 
-kprobe-tui's own options sit beside perf's and never change perf's: ``--json``, ``--yes``,
+kprobe-tui's own options sit beside perf's and never change perf's: ``-g GROUP``, ``--json``, ``--yes``,
 ``--explain``, ``--fprobe``, ``--event-filter EXPR``, and the offline options every command takes.
 """
 
@@ -81,6 +81,7 @@ class PerfCommand:
     range: bool = False
     max_probes: int = MAX_PROBES
     # kprobe-tui's own
+    group: str | None = None  # -g: the group of probes that name none (perf's: probe, probe_<program>)
     json: bool = False
     yes: bool = False
     explain: bool = False
@@ -121,6 +122,8 @@ OPTIONS = [
     _Option(None, "no-inlines", "flag", "do not probe the inlined copies of a function"),
     _Option(None, "range", "flag", "with --vars: where in the function each variable can be read"),
     _Option(None, "max-probes", "value", f"refuse a definition that finds more probe points (default {MAX_PROBES})", "N"),
+    _Option("g", "group", "value", "the group of the probes that name none (default: perf's, probe or probe_<program>)",
+            "GROUP", ours=True),
     _Option(None, "json", "flag", "print what was made as JSON on stdout instead of perf's text", ours=True),
     _Option("y", "yes", "flag", "create it even when the feedback guard warns (SSH output path)", ours=True),
     _Option(None, "explain", "flag", "also print, for each probe, its tracefs line, perf and bpftrace commands and notes",
@@ -273,6 +276,8 @@ def _apply(command: PerfCommand, option: _Option, value: str | None, target_used
             raise PerfUsageError(f"option `max-probes' expects a numerical value, not {value!r}") from None
     elif name == "event-filter":
         command.event_filter = value
+    elif name == "group":
+        command.group = value
     elif name in ("snapshot", "tracefs", "debugfs", "kallsyms", "btf"):
         command.offline[name] = value
     elif name == "verbose":

@@ -139,6 +139,8 @@ def perf_command(spec: ProbeSpec, group: str | None = None, event: str | None = 
         return "# perf probe cannot create fprobes (use the tracefs line above)"
     group, event = group or spec.group, event or spec.event
     head = spec.place_text()
+    if spec.lazy is not None:  # perf splits the probe at spaces, and matches a ;PATTERN ignoring them
+        head = "".join(head.split())
     if event:
         head = f"{group + ':' if group else ''}{event}={head}"
     words = ["perf", "probe"]
@@ -146,7 +148,7 @@ def perf_command(spec: ProbeSpec, group: str | None = None, event: str | None = 
         words += ["-x", spec.binary]
     if spec.module:
         words += ["-m", spec.module]
-    words += ["-a", head, *(str(arg) for arg in spec.args)]
+    words += ["-a", " ".join([head, *(str(arg) for arg in spec.args)])]  # -a takes the probe as one word
     return " ".join(shlex.quote(word) for word in words)
 
 

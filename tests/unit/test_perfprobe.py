@@ -204,3 +204,14 @@ def test_usage_lists_every_perf_option():
     text = perfargs.usage()
     for option in perfargs.OPTIONS:
         assert f"--{option.long}" in text
+
+
+def test_our_record_of_a_probe_matches_the_kernels_line_for_unnamed_fetch_args():
+    """perf's dialect writes raw fetch-args unnamed (``%di``, ``$retval``); the kernel shows them back as
+    argN=...: the record of what we made must compare equal, or list and del would not know it as ours."""
+    from kprobe_tui.kernel.registry import normal
+
+    written = "r:probe_prog/work__return /tmp/prog:0x1149 $retval +0(%di):string"
+    shown = "r:probe_prog/work__return /tmp/prog:0x0000000000001149 arg1=$retval arg2=+0(%di):string"
+    assert normal(written) == normal(shown)
+    assert normal("p:g/e /p:0x10 n=%di a=%si") == "p:g/e /p:0x10 n=%di a=%si"

@@ -13,7 +13,7 @@ def test_kernel_entry_probe_in_all_three_forms():
     assert probe.definition() == "p:kprobe_tui/tcp_sendmsg tcp_sendmsg+0 size=%dx:u64 comm=$comm"
     assert probe.control_file == "kprobe_events"
     assert perf_command(spec, probe.group, probe.event) == (
-        "perf probe -a kprobe_tui:tcp_sendmsg=tcp_sendmsg size=%dx:u64 '$comm'"
+        "perf probe -a 'kprobe_tui:tcp_sendmsg=tcp_sendmsg size=%dx:u64 $comm'"
     )
     assert bpftrace_oneliner(spec, probe, exclude_pid=77) == (
         "bpftrace -e 'kprobe:tcp_sendmsg /(reg(\"dx\") > 100) && pid != 77/ "
@@ -62,7 +62,20 @@ def _default(arg):
 
 def test_perf_command_for_uprobes_quotes_for_the_shell():
     spec = parse_spec(["main;x = *", "x"], binary="/opt/it's/prog")
-    assert perf_command(spec) == "perf probe -x '/opt/it'\"'\"'s/prog' -a 'main;x = *' x"
+    assert perf_command(spec) == "perf probe -x '/opt/it'\"'\"'s/prog' -a 'main;x=* x'"
+
+
+def test_perf_command_gives_perf_the_probe_as_one_word():
+    """perf reads -a's value as the whole probe and any word after the options as another: the probe and
+    its arguments are one word, and perf's command line (perfprobe/args.py) reads back the same definition."""
+    import shlex
+
+    from kprobe_tui.perfprobe.args import parse
+
+    spec = parse_spec(["do_sys_openat2", "filename=+0(%si):string", "flags:x"], group="probe")
+    words = shlex.split(perf_command(spec, "probe", "open"))
+    command = parse(words[2:])
+    assert [d.words for d in command.definitions] == [("probe:open=do_sys_openat2", "filename=+0(%si):string", "flags:x")]
 
 
 def test_bpftrace_reads_parameters_at_kernel_function_exit_through_fexit():
