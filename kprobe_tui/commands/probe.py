@@ -459,13 +459,12 @@ def _funcs(command: PerfCommand) -> int:
 
 def _function_names(command: PerfCommand, chosen) -> list[str]:
     if command.binary is not None:
-        from kprobe_tui.probes.binary import BinaryCatalog
+        from kprobe_tui.probes.binary import defined_function_names
 
         try:
-            catalog = BinaryCatalog(command.binary)
+            return defined_function_names(command.binary)
         except UserError as exc:
             raise _failed(exc, EINVAL) from None
-        return [name for name in catalog.names for _ in range(catalog.defined_count(name))]
     if command.vmlinux is not None and command.module is None:
         from kprobe_tui.commands.lines import open_target
 

@@ -200,6 +200,15 @@ def _spelled_type(die) -> str:
     return dw.type_name(die) or "void*"
 
 
+def defined_function_names(path: str | Path) -> list[str]:
+    """The name of each function body the file defines, once per body, imports and PLT stubs left out:
+    what ``perf probe -x BIN -F`` lists, read from the symbol tables alone (no DWARF: a fifth of the time)."""
+    path = Path(path).resolve()
+    require_x86_64_elf(path)
+    return [name for name, symbols in _read_function_symbols(path).items()
+            for s in symbols if s.section and s.section not in _STUB_SECTIONS]
+
+
 def _read_function_symbols(path: Path) -> dict[str, list[_FunctionSymbol]]:
     """name -> its FUNC/IFUNC symbols, one per address (.symtab and .dynsym repeat each other).
 
