@@ -215,3 +215,35 @@ def test_our_record_of_a_probe_matches_the_kernels_line_for_unnamed_fetch_args()
     shown = "r:probe_prog/work__return /tmp/prog:0x0000000000001149 arg1=$retval arg2=+0(%di):string"
     assert normal(written) == normal(shown)
     assert normal("p:g/e /p:0x10 n=%di a=%si") == "p:g/e /p:0x10 n=%di a=%si"
+
+
+def _read_as_main_does(argv: list[str]):
+    from kprobe_tui.cli import build_parser, command_index
+    from kprobe_tui.commands import probe
+
+    parser = build_parser()
+    at = command_index(parser, argv)
+    args = parser.parse_args(argv[:at])
+    args.command, args.words = argv[at], argv[at + 1 :]
+    probe.prepare(args)
+    return args.perf
+
+
+@pytest.mark.parametrize("argv", [
+    ["-k", "/vm", "-s", "/src", "--kallsyms", "/ks", "probe", "-D", "tcp_recvmsg sk"],
+    ["probe", "-k", "/vm", "-s", "/src", "--kallsyms", "/ks", "-D", "tcp_recvmsg sk"],
+    ["-k", "/vm", "probe", "--source=/src", "--kall", "/ks", "-D", "tcp_recvmsg sk"],
+])
+def test_target_and_offline_options_mean_the_same_before_or_after_probe(argv):
+    """One grammar: -k/-s/-m/-x and the offline options before the command's name count as given first."""
+    command = _read_as_main_does(argv)
+    assert (command.vmlinux, command.source, command.offline) == ("/vm", "/src", {"kallsyms": "/ks"})
+    assert command.definitions[0].words == ("tcp_recvmsg", "sk")
+
+
+def test_exec_and_module_before_probe_apply_to_its_probes():
+    assert _read_as_main_does(["-x", "/bin/true", "probe", "main"]).definitions[0].binary == os.path.realpath("/bin/true")
+    assert _read_as_main_does(["-m", "9p", "probe", "v9fs_read"]).definitions[0].module == "9p"
+    # one given after probe's name still applies to the probes after it only, as perf's -x
+    command = _read_as_main_does(["-x", "/bin/true", "probe", "-a", "main", "-m", "9p", "-a", "v9fs_read"])
+    assert [(d.binary, d.module) for d in command.definitions] == [(os.path.realpath("/bin/true"), None), (None, "9p")]
