@@ -112,6 +112,7 @@ def _plan(command: PerfCommand, definition, kernel, tracefs, strict: bool):
     """One definition compiled through the pipeline, in perf's dialect, with perf's default group."""
     from kprobe_tui.probes import pipeline
     from kprobe_tui.probes.spec import TypeRefused
+    from kprobe_tui.stream.filterexpr import FilterError
 
     try:
         module = pipeline.module_name(definition.module) if definition.module else None
@@ -128,6 +129,8 @@ def _plan(command: PerfCommand, definition, kernel, tracefs, strict: bool):
         catalog=None if definition.binary else (lambda: _catalog_for(kernel, request)))
     try:
         plan = pipeline.plan(request, target)
+    except FilterError as exc:  # an --event-filter that does not parse
+        raise _failed(exc, EINVAL) from None
     except UserError as exc:
         raise _failed(exc, ENOENT) from None
     for note in plan.notes:

@@ -223,3 +223,10 @@ def test_target_options_work_before_or_after_probe(prog):
     assert before.stdout == after.stdout == perf("-x", str(prog), "-D", "lab_open path:string").stdout
     funcs = kprobe_tui("-x", str(prog), "lab_*", command="funcs")
     assert funcs.returncode == 0 and funcs.stdout.split() == ["lab_open", "lab_recv"]
+
+
+def test_an_event_filter_that_does_not_parse_is_einval(prog):
+    """kprobe-tui's --event-filter (perf has none): a filter that does not parse is an invalid argument (234),
+    named with a caret, and nothing is made."""
+    done = kprobe_tui("-n", "--event-filter", "len == 1 len", "-x", str(prog), "lab_recv len")
+    assert done.returncode == 234 and "filter error at column" in done.stderr and "^" in done.stderr
