@@ -34,6 +34,8 @@ class LazyCommands(argparse._SubParsersAction):
         if self._name_parser_map.get(name) is None and name in self._modules:
             del self._name_parser_map[name]
             importlib.import_module(f"kprobe_tui.commands.{self._modules[name]}").add_parser(self)
+            if name not in PERF_COMMANDS:
+                add_common_options(self._name_parser_map[name], top=False)
 
     def __call__(self, parser, namespace, values, option_string=None):
         self.load(values[0])
@@ -47,51 +49,122 @@ class LazyCommands(argparse._SubParsersAction):
         return sorted(self._choices_actions, key=lambda action: order.index(action.dest))
 
 
-def add_source_options(parser: argparse.ArgumentParser) -> None:
-    """Options that point every kernel reader at captured copies instead of the live kernel."""
-    group = parser.add_argument_group("offline kernel data")
-    group.add_argument("--snapshot", metavar="FILE", help="read a kprobe-tui snapshot archive (read-only)")
-    group.add_argument("--tracefs", metavar="DIR", help="tracefs directory to read instead of the live one")
-    group.add_argument("--debugfs", metavar="DIR", help="debugfs directory (for kprobes/blacklist)")
-    group.add_argument("--kallsyms", metavar="FILE", help="kallsyms file instead of /proc/kallsyms")
-    group.add_argument("--btf", metavar="FILE", help="BTF file of vmlinux (module BTF is read beside it)")
+# -x/-k/-m/-s: what a command acts on, spelled as perf probe spells them and meaning the same for every
+# command (attribute, flags, metavar, help). A command lists the ones it takes in its module's OPTIONS.
+TARGET_OPTIONS = (
+    ("binary", ("-x", "--exec"), "BINARY", "a user program or shared library (uprobes) instead of the kernel"),
+    ("vmlinux", ("-k", "--vmlinux"), "VMLINUX", "the kernel's debug image (default: found for the running kernel)"),
+    ("module", ("-m", "--module"), "MODULE", "a kernel module: a loaded module's name, or a module file"),
+    ("source_dir", ("-s", "--source"), "DIR", "prefix for source file paths"),
+)
+# What each target option is called in messages.
+TARGET_FLAGS = {dest: flags[0] for dest, flags, _, _ in TARGET_OPTIONS}
+# --snapshot and friends: every reader of the kernel reads captured copies; every command takes them.
+OFFLINE_OPTIONS = (
+    ("snapshot", "FILE", "read a kprobe-tui snapshot archive (read-only)"),
+    ("tracefs", "DIR", "tracefs directory to read instead of the live one"),
+    ("debugfs", "DIR", "debugfs directory (for kprobes/blacklist)"),
+    ("kallsyms", "FILE", "kallsyms file instead of /proc/kallsyms"),
+    ("btf", "FILE", "BTF file of vmlinux (module BTF is read beside it)"),
+)
+
+
+def add_common_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """The options every command shares, before or after its name (``kprobe-tui -x P funcs`` is
+    ``kprobe-tui funcs -x P``). After the name they default to SUPPRESS, so they leave a value given
+    before it alone instead of resetting it."""
+    default = None if top else argparse.SUPPRESS
+    targets = parser.add_argument_group("what to act on")
+    for dest, flags, metavar, help_text in TARGET_OPTIONS:
+        targets.add_argument(*flags, dest=dest, metavar=metavar, help=help_text, default=default)
+    offline = parser.add_argument_group("offline kernel data")
+    for dest, metavar, help_text in OFFLINE_OPTIONS:
+        offline.add_argument(f"--{dest}", metavar=metavar, help=help_text, default=default)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kprobe-tui",
-        description="Explore and use Linux dynamic probes. With no command, opens the terminal UI.",
+        description="Explore and use Linux dynamic probes. With no command, opens the terminal UI "
+                    "(-x BINARY: on a program's or library's functions). -x/-k/-m/-s and the offline "
+                    "options go before or after the command.",
     )
     parser.add_argument("--version", action="version", version=f"kprobe-tui {__version__}")
-    parser.add_argument("-x", "--exec", dest="exec_binary", metavar="BINARY",
-                        help="browse and probe the functions of this program or library (uprobes) instead of the kernel")
-    parser.add_argument("-k", "--vmlinux", dest="tui_vmlinux", metavar="VMLINUX",
-                        help="kernel debug info for the source view (default: found for the running kernel)")
-    parser.add_argument("-s", "--source", dest="tui_source", metavar="DIR", help="prefix for source file paths")
     parser.add_argument("--theme", metavar="NAME", help="colours of the TUI, remembered for next time: "
                         f"{', '.join(config.theme_names())} (default {config.DEFAULT_THEME}; NO_COLOR: {config.NO_COLOR_THEME})")
-    add_source_options(parser)
+    add_common_options(parser, top=True)
     parser.add_subparsers(dest="command", metavar="COMMAND", action=LazyCommands)
     return parser
 
 
+# What the TUI (no command) acts on.
+TUI_OPTIONS = frozenset({"binary", "vmlinux", "source_dir"})
+# ``probe`` speaks perf probe's command line, which argparse cannot read (options in order, -x applying
+# to the probes after it, one probe from the words after the options): what follows its name goes to
+# its own reader (perfprobe/args.py), with the options given before its name counted as given first.
+PERF_COMMANDS = frozenset({"probe"})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    at = command_index(parser, argv)
+    if at is not None and argv[at] in PERF_COMMANDS:
+        args = parser.parse_args(argv[:at])
+        args.command, args.words = argv[at], argv[at + 1 :]
+        importlib.import_module(f"kprobe_tui.commands.{args.command}").prepare(args)
+    else:
+        args = parser.parse_args(argv)
     if args.command is None:
         # Textual repaints one frame period after a change: at its default 60 fps that alone is
         # 16.7 ms, a whole keystroke's budget when filtering 100k names as you type.
         os.environ.setdefault("TEXTUAL_FPS", "120")
         from kprobe_tui.tui.app import run_app
 
-        return _reporting_errors(run_app, args)
+        return _reporting_errors(lambda a: run_app(check_targets(a, TUI_OPTIONS, "the TUI")), args)
     # Whatever a command prints reaches the terminal without control characters (textsafe).
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = PrintableStream(sys.stdout), PrintableStream(sys.stderr)
     try:
-        return _reporting_errors(args.run, args)
+        module = sys.modules[args.run.__module__]
+        options = getattr(module, "OPTIONS", frozenset())
+        return _reporting_errors(lambda a: args.run(check_targets(a, options, args.command)), args)
     finally:
         sys.stdout, sys.stderr = streams
+
+
+def command_index(parser: argparse.ArgumentParser, argv: list[str]) -> int | None:
+    """Where the command's name is in ``argv``: the first word that is neither a top-level option nor its value."""
+    at = 0
+    while at < len(argv):
+        word = argv[at]
+        if word == "--" or not word.startswith("-") or word == "-":
+            return at if word != "--" else None
+        flag = word.split("=", 1)[0] if word.startswith("--") else word[:2]
+        action = parser._option_string_actions.get(flag)
+        if action is None and word.startswith("--"):  # an abbreviation argparse accepts too
+            found = {id(a): a for name, a in parser._option_string_actions.items() if name.startswith(flag)}
+            action = next(iter(found.values())) if len(found) == 1 else None
+        attached = "=" in word if word.startswith("--") else len(word) > 2
+        at += 2 if action is not None and action.nargs != 0 and not attached else 1
+    return None
+
+
+def check_targets(args, accepted: frozenset[str], what: str):
+    """-x, -k and -m name one target; each option only where it means something. Returns ``args``."""
+    given = [dest for dest, *_ in TARGET_OPTIONS if getattr(args, dest, None) is not None]
+    targets = [dest for dest in given if dest != "source_dir"]
+    if len(targets) > 1:
+        raise UserError(f"{' and '.join(TARGET_FLAGS[d] for d in targets)} name two targets",
+                        "give one of -x BINARY (a program), -k VMLINUX (the kernel) and -m MODULE (a kernel module)")
+    for dest in given:
+        if dest not in accepted:
+            takes = ", ".join(TARGET_FLAGS[d] for d, *_ in TARGET_OPTIONS if d in accepted) or "none of -x/-k/-m/-s"
+            raise UserError(f"{TARGET_FLAGS[dest]} has no meaning for {what}", f"{what} takes {takes}")
+    for dest, *_ in TARGET_OPTIONS:
+        if not hasattr(args, dest):
+            setattr(args, dest, None)
+    return args
 
 
 def _reporting_errors(run, args) -> int:

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +49,8 @@ class ThemeSpec:
 
 def load_theme(name: str) -> ThemeSpec:
     """A theme by name; an unknown name is a UserError listing the installed ones."""
+    import tomllib  # imported when a theme is read: every command line names the theme option, few read one
+
     path = themes_dir() / f"{name}.toml"
     if not name or "/" in name or not path.exists():
         raise UserError(f"no theme named {name!r}", f"choose one of: {', '.join(theme_names())}")
@@ -71,6 +71,8 @@ def config_path() -> Path:
 def load(path: Path | None = None) -> tuple[dict, str | None]:
     """The saved settings and what was wrong with them: a missing file is empty, a broken one is
     ignored with a warning for the user (never a crash)."""
+    import tomllib
+
     path = path or config_path()
     try:
         return tomllib.loads(read_regular(path, "config file", MAX_CONFIG).decode()), None
@@ -87,6 +89,8 @@ def save(settings: dict, path: Path | None = None) -> None:
     path = path or config_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     # a JSON string, number or bool is also a valid TOML value
+    import tempfile
+
     text = "".join(f"{key} = {json.dumps(value)}\n" for key, value in sorted(settings.items()))
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".config-", suffix=".toml")
     try:

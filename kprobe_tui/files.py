@@ -12,7 +12,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
@@ -80,7 +79,7 @@ def is_regular(path: str | Path) -> bool:
         return False
 
 
-def write_atomic(path: Path, write: Callable[[BinaryIO], None], *, replace: bool, what: str) -> None:
+def write_atomic(path: Path, write: Callable[[BinaryIO], object], *, replace: bool, what: str) -> None:
     """Write a new file at ``path`` (mode 0600) in one step: a temporary file in the same directory,
     fsync'ed, then renamed over. A crash or a full disk leaves any old file as it was.
 
@@ -99,6 +98,8 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], None], *, replace: bool
             raise _refuse(what, path, f"is {_kind(existing.st_mode)}: refusing to replace it", "give another path")
         if not replace:
             raise _refuse(what, path, "already exists", "pass --force to replace it, or give another path")
+    import tempfile  # (~5 ms of imports every reader would pay; only writers need it)
+
     directory = path.parent
     try:
         fd, temporary = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".part")  # 0600, O_EXCL

@@ -15,24 +15,27 @@ from typing import Sequence
 MODES = ("substring", "glob", "fuzzy")
 
 
-def _glob_regex(glob: str) -> str:
-    """fnmatch-style glob to an anchored regex body (``*`` and ``?`` never cross a name)."""
+def _glob_regex(glob: str, any_char: str = ".") -> str:
+    """fnmatch-style glob to an anchored regex body (``*`` and ``?`` never cross a name).
+
+    ``any_char``: what ``?`` matches (``\\S``: never whitespace, for names inside a file's lines)."""
     out, i = [], 0
     while i < len(glob):
         char = glob[i]
         if char == "*":
-            out.append(".*")
+            out.append(any_char + "*")
         elif char == "?":
-            out.append(".")
+            out.append(any_char)
         elif char == "[":
             end = glob.find("]", i + 2)
             if end < 0:
                 out.append(re.escape(char))
             else:
-                body = glob[i + 1 : end]
-                # a negated class must not match the newline between names in a joined list
-                body = "^\n" + body[1:] if body.startswith("!") else body
-                out.append("[" + body.replace("\\", "\\\\") + "]")
+                body = glob[i + 1 : end].replace("\\", "\\\\")
+                # a negated class must not match the newline between names in a joined list (nor, within
+                # a line, the whitespace around a name)
+                body = ("^\n" if any_char == "." else "^\\s") + body[1:] if body.startswith("!") else body
+                out.append("[" + body + "]")
                 i = end
         else:
             out.append(re.escape(char))
@@ -68,6 +71,15 @@ class Matcher:
                 parts.append(f"[^{re.escape(char)}]*{re.escape(char)}")
             return re.compile("".join(parts), flags)
         return re.compile(re.escape(self.query), flags)
+
+    def name_regex(self) -> str:
+        """A regex matching exactly the names this matches, within a line of text (no whitespace crossed);
+        with ``ignore_case`` the caller compiles it with re.IGNORECASE."""
+        if self.mode == "glob":
+            return _glob_regex(self.query, r"\S")
+        if self.mode == "substring":
+            return r"\S*?" + re.escape(self.query) + r"\S*"
+        raise ValueError(f"no name regex for {self.mode} matching")
 
     def narrows(self, previous: "Matcher | None") -> bool:
         """True when every match of self is also a match of ``previous`` (so filter its result)."""

@@ -26,9 +26,11 @@ ENGINE_HELP = ("where to aggregate: kernel (hist triggers, synthetic events, kpr
                "auto (default: the kernel whenever it can; the reason is printed)")
 
 
-def add_common(parser, *, binary: bool = True) -> None:
-    if binary:
-        parser.add_argument("-x", "--exec", dest="binary", metavar="BIN", help="probe functions of this program or library (uprobes)")
+# -x BINARY: the functions counted are that program's or library's (uprobes), before or after the command.
+OPTIONS = frozenset({"binary"})
+
+
+def add_common(parser) -> None:
     parser.add_argument("-i", "--interval", type=float, metavar="SECONDS", help="print (and reset) a table every SECONDS")
     parser.add_argument("-d", "--duration", type=float, metavar="SECONDS", help="stop after SECONDS (default: Ctrl-C)")
     parser.add_argument("--json", action="store_true", help="one JSON object per interval (and one at the end)")
@@ -48,8 +50,7 @@ def builder(args) -> tuple:
     kernel = sources.from_args(args)
     top = kernel.tracing()
     readme = top.read("README") if top.exists("README") else ""
-    binary = getattr(args, "binary", None) or getattr(args, "exec_binary", None)
-    return top, TargetBuilder(kernel, readme, lifetime.run_name(), binary=binary,
+    return top, TargetBuilder(kernel, readme, lifetime.run_name(), binary=args.binary,
                               max_probes=getattr(args, "max_probes", None) or 1000,
                               taken=[e.event for e in Events(top).events_in(lifetime.run_name())])
 

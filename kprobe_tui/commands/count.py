@@ -10,8 +10,12 @@ from __future__ import annotations
 
 from kprobe_tui.aggregate.model import Aggregation, Field, parse_field
 from kprobe_tui.aggregate.targets import DEFAULT_MAX_PROBES
+from kprobe_tui.commands.aggregation import OPTIONS as AGGREGATION_OPTIONS
 from kprobe_tui.commands.aggregation import add_common, builder, check_times, run_aggregation
 from kprobe_tui.errors import UserError
+
+
+OPTIONS = AGGREGATION_OPTIONS
 
 
 def add_parser(subparsers) -> None:

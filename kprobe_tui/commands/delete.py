@@ -5,11 +5,14 @@ every dynamic event on the system."""
 
 from __future__ import annotations
 
+from kprobe_tui.commands.funcs import module_name
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import sources
 from kprobe_tui.kernel.events import OTHER_RUN, OTHERS, Events
 
 _GLOB = set("*?[")
+# -x BINARY / -m MODULE: only probes on that file, or in that module, are matched.
+OPTIONS = frozenset({"binary", "module"})
 
 
 def add_parser(subparsers) -> None:
@@ -22,9 +25,10 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     events = Events(sources.from_args(args).tracing())
+    module = module_name(args.module) if args.module else None
     chosen = {}
     for pattern in args.patterns:
-        matched = events.match(pattern)
+        matched = [e for e in events.match(pattern) if e.is_on(args.binary, module)]
         if not matched:
             raise UserError(f"{pattern!r}: no matching event", "see: kprobe-tui list (others' groups must be named: GROUP/EVENT)")
         group_glob = pattern.replace(":", "/", 1).rpartition("/")[0]

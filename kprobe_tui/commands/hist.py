@@ -9,9 +9,13 @@ from __future__ import annotations
 
 from kprobe_tui.aggregate.model import Aggregation, Field, parse_linear
 from kprobe_tui.aggregate.targets import argument_name
+from kprobe_tui.commands.aggregation import OPTIONS as AGGREGATION_OPTIONS
 from kprobe_tui.commands.aggregation import add_common, builder, check_times, run_aggregation
 from kprobe_tui.commands.count import parse_keys
 from kprobe_tui.probes.spec import parse_arg
+
+
+OPTIONS = AGGREGATION_OPTIONS
 
 
 def add_parser(subparsers) -> None:

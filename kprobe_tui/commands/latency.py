@@ -15,8 +15,12 @@ asleep in FUNC do not make returns go missing; misses the kernel counts are repo
 from __future__ import annotations
 
 from kprobe_tui.aggregate.model import UNITS, Aggregation
+from kprobe_tui.commands.aggregation import OPTIONS as AGGREGATION_OPTIONS
 from kprobe_tui.commands.aggregation import add_common, builder, check_times, run_aggregation
 from kprobe_tui.commands.count import parse_keys
+
+
+OPTIONS = AGGREGATION_OPTIONS
 
 
 def add_parser(subparsers) -> None:

@@ -8,13 +8,8 @@ import sys
 from kprobe_tui.textsafe import printable
 
 
-def add_debuginfo_options(parser: argparse.ArgumentParser) -> None:
-    """-x/-k/-m/-s, shared by lines and vars (perf probe's spelling)."""
-    target = parser.add_mutually_exclusive_group()
-    target.add_argument("-x", "--exec", dest="binary", metavar="BINARY", help="a user program or shared library")
-    target.add_argument("-k", "--vmlinux", metavar="VMLINUX", help="a kernel image with debug info")
-    target.add_argument("-m", "--module", metavar="MODULE", help="a loaded kernel module's name, or a module file")
-    parser.add_argument("-s", "--source", dest="source_dir", metavar="DIR", help="prefix for source file paths")
+# The debug info to read: a program's (-x), the kernel's (-k, or found), a module's (-m); -s: where the source is.
+OPTIONS = frozenset({"binary", "vmlinux", "module", "source_dir"})
 
 
 def open_target(args: argparse.Namespace):
@@ -42,7 +37,6 @@ def add_parser(subparsers) -> None:
         "lines", help="probeable source lines of a function (as perf probe -L)",
         description="Show a function's source with its probeable lines numbered relative to its first line.",
     )
-    add_debuginfo_options(parser)
     parser.add_argument("spec", metavar="SPEC", help="FUNC, FUNC:START-END, FUNC:START+N, FUNC@FILE or FILE:START-END")
     parser.set_defaults(run=run)
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 import fnmatch
 import json
 
+from kprobe_tui.commands.funcs import module_name
 from kprobe_tui.kernel import sources
 from kprobe_tui.kernel.events import Events, Owner
 
+# -x BINARY: only the uprobes on that file; -m MODULE: only the kprobes in that module.
+OPTIONS = frozenset({"binary", "module"})
 _MARK = {Owner.THIS_RUN: "*", Owner.PERSISTENT: "+", Owner.OTHER_RUN: "~", Owner.STALE: "!", Owner.OTHERS: " "}
 
 
@@ -20,7 +23,9 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     events = Events(sources.from_args(args).tracing())
-    shown = [e for e in events.list() if fnmatch.fnmatchcase(e.full_name, args.pattern) or fnmatch.fnmatchcase(e.event, args.pattern)]
+    module = module_name(args.module) if args.module else None
+    shown = [e for e in events.list() if (fnmatch.fnmatchcase(e.full_name, args.pattern) or fnmatch.fnmatchcase(e.event, args.pattern))
+             and e.is_on(args.binary, module)]
     for event in shown:
         if args.json:
             print(json.dumps(event.to_json()))

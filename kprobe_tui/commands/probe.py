@@ -1,86 +1,514 @@
-"""``kprobe-tui probe [-x BIN | -k VMLINUX] [--dry-run] SPEC [ARG ...]``: like ``perf probe -a``.
+"""``kprobe-tui probe``: perf probe's command line, put kprobe-tui where perf is in any perf probe lab.
 
-Prints the tracefs definition line(s) with the equivalent ``perf probe`` and ``bpftrace``
-commands; without ``--dry-run`` creates the probe in a persistent group (``kprobe_tui``) where it
-stays until ``kprobe-tui del``, as perf's do.
+Every option and form of ``perf probe`` (perfprobe/args.py) makes, lists and removes probes as perf
+does: the same groups (``probe``, ``probe_<program>``) and names (``func__return``, ``func_L3``,
+``_1`` with -f), the same definitions in kprobe_events (kernel places are written SYMBOL+OFFSET where
+perf writes _text+OFFSET: the same address), the same text on the same stream, the same exit status.
+Probes go through the one pipeline (probes/pipeline.py), so the feedback guard, the checks before
+anything is written and the all-or-nothing create are the TUI builder's too.
+
+kprobe-tui's additions never change perf's text: ``--explain`` prints each probe's tracefs line,
+perf and bpftrace commands and notes after it (stdout), ``--json`` replaces it, ``-v`` adds notes on
+stderr, and anything else kprobe-tui has to say goes to stderr prefixed ``kprobe-tui:``. The probes
+it makes are remembered as its own (kernel/registry.py) whatever their group, for ``list`` and ``del``.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
+from types import SimpleNamespace
 
 from kprobe_tui.errors import UserError
-from kprobe_tui.kernel import sources
-from kprobe_tui.probes import pipeline
-from kprobe_tui.probes.render import bpftrace_oneliner, command_rows, perf_command
-from kprobe_tui.probes.spec import DEFAULT_PERSISTENT_GROUP
+from kprobe_tui.perfprobe import args as perfargs
+from kprobe_tui.perfprobe.args import EEXIST, EINVAL, ENOENT, E2BIG, PerfCommand, PerfError, PerfUsageError
+from kprobe_tui.textsafe import printable
+
+OPTIONS = frozenset({"binary", "vmlinux", "module", "source_dir"})
+_TOP_FLAGS = {"binary": "-x", "vmlinux": "-k", "module": "-m", "source_dir": "-s"}
+_OFFLINE = ("snapshot", "tracefs", "debugfs", "kallsyms", "btf")
+_MESSAGE = "kprobe-tui: "
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("probe", help="define a kprobe/uprobe/fprobe (perf probe syntax)")
-    target = parser.add_mutually_exclusive_group()
-    target.add_argument("-x", "--exec", dest="binary", metavar="BIN", help="uprobe in this executable or library")
-    target.add_argument("-k", "--vmlinux", metavar="VMLINUX", help="kernel debug info (DWARF) for C-level args")
-    target.add_argument("-m", "--module", metavar="MODULE",
-                        help="the function is in this kernel module (a loaded module's name, or a module file)")
-    parser.add_argument("--fprobe", action="store_true", help="an fprobe (f:) on kernel function entry or %%return")
-    parser.add_argument("--group", "-g", default=DEFAULT_PERSISTENT_GROUP, help="event group (default: %(default)s)")
-    parser.add_argument("--filter", "-f", metavar="EXPR", help="event filter, e.g. 'len > 100'")
-    parser.add_argument("--dry-run", "-n", action="store_true", help="print the definitions, create nothing")
-    parser.add_argument("--yes", "-y", action="store_true", help="go ahead when the feedback guard warns")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    parser.add_argument("spec", metavar="SPEC", help="[[GROUP:]EVENT=]FUNC[@SRC][:RLN|+OFF|%%return|;PTN] or SRC:ALN")
-    parser.add_argument("args", metavar="ARG", nargs="*", help="[NAME=]VAR|$retval|$params|$vars|%%REG|@SYM|$argN[:TYPE]")
+    """Only for ``kprobe-tui --help``'s list: the command line itself is read by perfprobe/args.py."""
+    parser = subparsers.add_parser("probe", add_help=False,
+                                   help="perf probe's command line: add (-a), list (-l), delete (-d), -L, -V, -F, -D")
     parser.set_defaults(run=run)
 
 
+def prepare(args) -> None:
+    """Read the words after ``probe`` as perf would; options given before ``probe`` count as given first."""
+    words = []
+    for dest, flag in _TOP_FLAGS.items():
+        if getattr(args, dest, None) is not None:
+            words += [flag, getattr(args, dest)]
+    for name in _OFFLINE:
+        if getattr(args, name, None) is not None:
+            words += [f"--{name}", getattr(args, name)]
+    args.run = run
+    try:
+        args.perf = perfargs.parse([*words, *args.words])
+    except (PerfUsageError, PerfError) as exc:
+        args.perf = exc
+
+
 def run(args) -> int:
-    request = pipeline.ProbeRequest(
-        (args.spec, *args.args), binary=args.binary, module=pipeline.module_name(args.module) if args.module else None,
-        vmlinux=args.vmlinux, fprobe=args.fprobe, group=args.group, filter=args.filter,
-    )  # -x is resolved and checked by parse_spec: the definition names that very file, or nothing is written
-    # A dry run needs no tracefs (this user may not read it: the kernel says the rest); debug info
-    # not on disk comes with progress on a terminal, the client imported only then (urllib, ssl).
-    target = pipeline.ProbeTarget.of(sources.from_args(args), strict=not args.dry_run,
-                                     debuginfod=lambda: _debuginfod(quiet=args.json))
-    plan = pipeline.plan(request, target)
-    for note in plan.notes:
-        print(f"kprobe-tui: note: {note}", file=sys.stderr)
-    # Nobody displays events here, so no own-PID filter; the SSH output-path warning still applies.
-    for warning in plan.advice.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    if not args.dry_run:
-        if target.events is None:
-            raise UserError("no tracefs to create the probe in", "mount tracefs, or use --dry-run")
-        pipeline.create(plan, target.events, confirmed=args.yes)
-    _print(plan, args)
+    command = args.perf
+    try:
+        if isinstance(command, UserError):
+            raise command
+        if command.help:
+            sys.stdout.write(perfargs.usage())
+            return 0
+        if command.action is None:
+            sys.stderr.write(perfargs.usage())
+            return perfargs.USAGE
+        return _ACTIONS[command.action](command)
+    except (PerfUsageError, PerfError) as exc:
+        _say(str(exc))
+        return exc.status
+
+
+def _say(text: str) -> None:
+    print(_MESSAGE + printable(text, keep="\n"), file=sys.stderr)
+
+
+def _sources(command: PerfCommand):
+    from kprobe_tui.kernel import sources
+
+    return sources.from_args(SimpleNamespace(**{name: command.offline.get(name) for name in _OFFLINE}))
+
+
+def _failed(exc: UserError, status: int) -> PerfError:
+    return PerfError(exc.message, exc.hint, status)
+
+
+# -- -a, -D and the words after the options --------------------------------------------------------
+
+
+def _add(command: PerfCommand, show_only: bool = False) -> int:
+    kernel = _sources(command)
+    tracefs = kernel.tracing() if kernel.tracefs is not None else None
+    strict = not (command.dry_run or show_only)
+    plans = [_plan(command, definition, kernel, tracefs, strict) for definition in command.definitions]
+    readme = plans[0][1].readme if plans else ""
+    plans = _named(command, plans, show_only, appends="Create/append/" in readme)
+    if show_only:
+        for plan, _ in plans:
+            sys.stdout.writelines(f"{probe.definition()}\n" for probe in plan.probes)
+        return 0
+    for plan, _ in plans:
+        for warning in plan.advice.warnings:
+            _say(f"warning: {warning}")
+    if not command.dry_run:
+        _create(command, plans)
+    _report(command, [plan for plan, _ in plans])
     return 0
 
 
-def _debuginfod(quiet: bool):
-    from kprobe_tui.commands import progress
+def _plan(command: PerfCommand, definition, kernel, tracefs, strict: bool):
+    """One definition compiled through the pipeline, in perf's dialect, with perf's default group."""
+    from kprobe_tui.probes import pipeline
+    from kprobe_tui.probes.spec import TypeRefused
+    from kprobe_tui.stream.filterexpr import FilterError
 
-    return progress.client(quiet=quiet)
+    try:
+        module = pipeline.module_name(definition.module) if definition.module else None
+        request = pipeline.ProbeRequest(definition.words, binary=definition.binary, module=module,
+                                        vmlinux=command.vmlinux, fprobe=command.fprobe, filter=command.event_filter,
+                                        group=command.group or _default_group(definition.binary), dialect="perf")
+        pipeline.parse(request)
+    except TypeRefused as exc:
+        raise _failed(exc, EINVAL) from None
+    except UserError as exc:  # bad syntax: perf's usage status when an option carried it, -EINVAL after the options
+        raise _failed(exc, perfargs.USAGE if definition.from_option else EINVAL) from None
+    target = pipeline.ProbeTarget(
+        tracefs, btf_path=str(kernel.btf_vmlinux), strict=strict, debuginfod=_debuginfod(command),
+        catalog=None if definition.binary else (lambda: _catalog_for(kernel, request)))
+    try:
+        plan = pipeline.plan(request, target)
+    except FilterError as exc:  # an --event-filter that does not parse
+        raise _failed(exc, EINVAL) from None
+    except UserError as exc:
+        raise _failed(exc, ENOENT) from None
+    for note in plan.notes:
+        _say(f"note: {note}")
+    if command.no_inlines:
+        from kprobe_tui.probes.compile import INLINED_NOTE
+
+        kept = [p for p in plan.probes if not any(note.startswith(INLINED_NOTE) for note in p.notes)]
+        if not kept:
+            raise PerfError(f"{' '.join(definition.words)}: only inlined copies, and --no-inlines leaves them out",
+                            "drop --no-inlines", ENOENT)
+        plan = replace(plan, probes=kept)
+    if len(plan.probes) > command.max_probes:
+        raise PerfError(f"too many ({len(plan.probes)} > {command.max_probes}) probe points found for "
+                        f"{' '.join(definition.words)}", "raise --max-probes, or be more specific (FUNC@SRC, :LINE)", E2BIG)
+    return plan, target
 
 
-def _print(plan: pipeline.Plan, args) -> None:
-    spec, probes = plan.spec, plan.probes
-    if args.json:
+def _default_group(binary: str | None) -> str:
+    """perf's PERFPROBE_GROUP, or probe_<program> for -x (convert_exec_to_group: cut at its first non-name character)."""
+    if binary is None:
+        return "probe"
+    import os
+    import re
+
+    name = re.match(r"[A-Za-z0-9_]*", os.path.basename(binary))[0]
+    return f"probe_{name}"
+
+
+def _catalog_for(kernel, request):
+    """The kernel's functions of this name only: enough to refuse an unknown or blacklisted one, in a tenth of the time."""
+    from kprobe_tui.kernel.catalog import Catalog
+    from kprobe_tui.matching import Matcher
+
+    words = request.words[0].split("=", 1)[-1] if request.words else ""
+    function = words.split("%", 1)[0].split("+", 1)[0].split(":", 1)[0].split("@", 1)[0].split(";", 1)[0]
+    if not function or any(char in function for char in "*?[\\"):
+        return Catalog(kernel, attach_methods=False)
+    return Catalog(kernel, Matcher(function, "glob"), attach_methods=False)
+
+
+def _debuginfod(command: PerfCommand):
+    def client():
+        from kprobe_tui.commands import progress
+
+        return progress.client(quiet=command.json or command.quiet)
+
+    return client
+
+
+def _named(command: PerfCommand, plans, show_only: bool, appends: bool):
+    """perf's names: the base name where it is free; when the kernel has it, an error (EEXIST) unless -f,
+    which takes BASE_1, BASE_2... (``work__return`` taken gives ``work_1``, as perf's get_new_event_name).
+    Names are checked against the events the kernel had before this command (perf reads them once);
+    -D checks none. A kernel that cannot append probes to an event gets a name per probe."""
+    taken_at_start: dict[str, set[str]] = {}
+    named = []
+    for plan, target in plans:
+        group = plan.group
+        if group not in taken_at_start:
+            taken_at_start[group] = set() if show_only else set(target.taken(group))
+        taken = set(taken_at_start[group])
+        probes = []
+        for index, probe in enumerate(plan.probes):
+            name = probe.event
+            if name in taken and (index == 0 or not appends):
+                if not (command.force or index > 0):
+                    raise PerfError(f'event "{name}" already exists in group {group}',
+                                    f"remove it (kprobe-tui probe -d {group}:{name}), or add -f to add this one as {name}_1",
+                                    EEXIST)
+                stem = name.removesuffix("__return") if plan.spec.is_return else name
+                name = next(f"{stem}_{n}" for n in range(1, 10000) if f"{stem}_{n}" not in taken)
+            if not appends:
+                taken.add(name)
+            probes.append(replace(probe, event=name))
+        if appends:  # every probe of one definition is appended to the first one's event
+            probes = [replace(p, event=probes[0].event) for p in probes]
+        named.append((replace(plan, probes=probes), target))
+    return named
+
+
+def _create(command: PerfCommand, plans) -> None:
+    """Every definition's probes, in order; when one fails, those made before it are removed too."""
+    from kprobe_tui.kernel.tracefs import KernelRefused
+    from kprobe_tui.probes import pipeline
+
+    made = []
+    try:
+        for plan, target in plans:
+            if target.events is None:
+                raise PerfError("no tracefs to create the probe in", "mount tracefs, or use --dry-run", ENOENT)
+            made.append((target.events, pipeline.create(plan, target.events, confirmed=command.yes)))
+    except UserError as exc:
+        for events, created in reversed(made):
+            for event in created:
+                events.delete(event)
+        if isinstance(exc, PerfError):
+            raise
+        if isinstance(exc, pipeline.GuardUnconfirmed):
+            raise PerfError(exc.message, exc.hint, 2) from None
+        status = EINVAL
+        if isinstance(exc, KernelRefused):
+            errno = getattr(exc.__cause__, "errno", None)
+            status = 256 - errno if errno else EINVAL
+        raise _failed(exc, status) from None
+
+
+def _report(command: PerfCommand, plans) -> None:
+    from kprobe_tui.perfprobe import text
+    from kprobe_tui.probes.compile import prologue_entry
+    from kprobe_tui.probes.render import bpftrace_oneliner, command_rows, perf_command
+
+    if command.json:
         print(json.dumps([
             {"group": p.group, "event": p.event, "control_file": p.control_file, "definition": p.definition(),
-             "filter": spec.filter, "perf": perf_command(spec, p.group, p.event), "bpftrace": bpftrace_oneliner(spec, p),
-             "notes": list(p.notes), "created": not args.dry_run}
-            for p in probes
+             "filter": plan.spec.filter, "perf": perf_command(plan.spec, p.group, p.event),
+             "bpftrace": bpftrace_oneliner(plan.spec, p), "notes": list(p.notes), "created": not command.dry_run}
+            for plan in plans for p in plan.probes
         ], indent=2))
         return
-    for probe in probes:
-        verb = "would add" if args.dry_run else "added"
-        print(f"{verb} {probe.group}/{probe.event}")
-        for note in probe.notes:
-            print(f"  note:     {note}")
-        for label, command in command_rows(spec, probe):
-            print(f"  {label + ':' if label else '':<9} {command}")
-    if not args.dry_run:
-        names = " ".join(f"{p.group}:{p.event}" for p in probes)
-        print(f"\nrecord with: perf record -e {names.replace(' ', ' -e ')} -aR sleep 1; remove with: kprobe-tui del {probes[0].group}/{probes[0].event}")
+    lines, last = [], None
+    for plan in plans:
+        entry = next((e for e in (prologue_entry(p.notes) for p in plan.probes) if e is not None), None)
+        if entry is not None and not command.quiet:
+            sys.stderr.write(text.PROLOGUE_SKIPPED.format(entry=entry))
+        point = text.asked_point(plan.spec).text()
+        where = plan.spec.binary or plan.spec.module
+        args = [text.asked_arg(arg) for arg in plan.spec.args]
+        for probe in plan.probes:
+            lines.append(text.event_line(probe.group, probe.event, point, where, args))
+            last = (probe.group, probe.event)
+            if command.verbose:
+                for note in probe.notes:
+                    _say(f"note: {probe.group}:{probe.event}: {note}")
+    if not command.quiet:
+        sys.stderr.write(printable(text.added(lines, last), keep="\n\t"))
+    if command.explain:
+        for plan in plans:
+            for probe in plan.probes:
+                print(f"{probe.group}:{probe.event}")
+                for note in probe.notes:
+                    print(f"  {'note:':<9} {note}")
+                for label, row in command_rows(plan.spec, probe):
+                    print(f"  {label + ':' if label else '':<9} {row}")
+
+
+# -- -d --------------------------------------------------------------------------------------------
+
+
+def _filter(command: PerfCommand):
+    from kprobe_tui.perfprobe.strfilter import StrFilter
+
+    try:
+        found = StrFilter(command.filters[0])
+        for more in command.filters[1:]:
+            found = found.or_(more)
+    except UserError as exc:
+        raise _failed(exc, EINVAL) from None
+    return found
+
+
+def _delete(command: PerfCommand) -> int:
+    """perf's del_perf_probe_events: every kprobe and uprobe event (or fprobe of ours) whose EVENT or GROUP:EVENT
+    the filter takes; another running kprobe-tui's probes are left to it."""
+    from kprobe_tui.kernel.events import OTHER_RUN, Events
+
+    chosen = _filter(command)
+    events = Events(_sources(command).tracing())
+    matched = [e for e in events.list() if e.prefix in "prf" and (chosen.matches(e.event) or chosen.matches(f"{e.group}:{e.event}"))]
+    kept = [e for e in matched if e.owner == OTHER_RUN]
+    for event in kept:
+        _say(f"left {event.group}:{event.event}: in use by another running kprobe-tui")
+    doomed = [e for e in matched if e.owner != OTHER_RUN]
+    if not doomed:
+        if not command.quiet and not kept:
+            sys.stderr.write(printable(f'"{chosen.text}" does not hit any event.\n', keep="\n"))
+        raise PerfError("failed to delete events: none matched", "see them with: kprobe-tui probe -l", ENOENT)
+    from kprobe_tui.perfprobe.text import removed
+
+    # perf: kprobe_events first, then uprobe_events, each in the order of its sorted GROUP:EVENT list (a strlist)
+    for event in sorted(doomed, key=lambda e: (e.is_uprobe, f"{e.group}:{e.event}".encode())):
+        try:
+            events.delete(event)
+        except UserError as exc:
+            raise _failed(exc, EINVAL) from None
+        if not command.quiet:
+            sys.stderr.write(printable(removed(event.group, event.event), keep="\n"))
+    return 0
+
+
+# -- -l --------------------------------------------------------------------------------------------
+
+
+def _list(command: PerfCommand) -> int:
+    """perf's show_perf_probe_events: kprobe_events then uprobe_events, each line as the kernel lists it."""
+    from kprobe_tui.kernel.events import parse_definition
+    from kprobe_tui.perfprobe import points
+    from kprobe_tui.perfprobe.text import event_line
+
+    if command.binary is not None:
+        raise PerfError("don't use --list with --exec", "list every probe with kprobe-tui probe -l, or kprobe-tui list -x BINARY", EINVAL)
+    chosen = _filter(command)
+    kernel = _sources(command)
+    tracefs = kernel.tracing()
+    kernel_debug, kallsyms, binaries = [], [], {}
+
+    def kernel_parts():
+        if not kallsyms:
+            try:
+                kallsyms.append(points.Kallsyms(kernel.kallsyms))
+            except UserError:
+                kallsyms.append(None)
+            kernel_debug.append(_on_disk(vmlinux=command.vmlinux))
+        return kallsyms[0], kernel_debug[0]
+
+    def binary_debug(path: str):
+        if path not in binaries:
+            binaries[path] = _on_disk(binary=path)
+        return binaries[path]
+
+    out = []
+    for rel, is_uprobe in (("kprobe_events", False), ("uprobe_events", True)):
+        if not tracefs.exists(rel):
+            continue
+        # perf reads each file into a strlist: its lines sorted as strcmp sorts them, not the kernel's order
+        for line in sorted(tracefs.read(rel).splitlines(), key=str.encode):
+            event = parse_definition(line, is_uprobe)
+            if event is None or not (chosen.matches(event.event) or chosen.matches(f"{event.group}:{event.event}")):
+                continue
+            is_return = event.prefix == "r"
+            if is_uprobe:
+                point, where = points.uprobe_point(event.place, is_return, binary_debug)
+            else:
+                point, where = points.kernel_point(event.place, is_return, *kernel_parts())
+            names = [word.split("=", 1)[0] for word in event.definition.split()[2:]]
+            out.append(event_line(event.group, event.event, point.text(), where, names) + "\n")
+    sys.stdout.write(printable("".join(out), keep="\n"))
+    return 0
+
+
+def _on_disk(**target):
+    """Debug info found on disk (or in debuginfod's cache), never downloaded; None without it."""
+    from kprobe_tui.debuginfo.debuginfod import Client
+    from kprobe_tui.debuginfo.scope import open_debuginfo
+
+    try:
+        info = open_debuginfo(debuginfod=Client(offline=True), **target)
+        info.aranges  # noqa: B018  (read now: a corrupt file is "no debug info" for a listing)
+        return info
+    except Exception:  # a listing shows what it can: without debug info, perf falls back to symbols too
+        return None
+
+
+# -- -L, -V, -F ------------------------------------------------------------------------------------
+
+
+def _target_args(command: PerfCommand) -> SimpleNamespace:
+    return SimpleNamespace(binary=command.binary, vmlinux=command.vmlinux, module=command.module, source_dir=command.source)
+
+
+def _lines(command: PerfCommand) -> int:
+    from kprobe_tui.commands.lines import open_target
+    from kprobe_tui.debuginfo.lines import LineSpec, find_line_range, render
+
+    try:
+        spec = LineSpec.parse(command.line)
+    except UserError as exc:
+        raise _failed(exc, perfargs.USAGE) from None
+    try:
+        info = open_target(_target_args(command))
+        text, note = render(info, find_line_range(info, spec))
+    except UserError as exc:
+        raise _failed(exc, ENOENT) from None
+    sys.stdout.write(printable(text, keep="\n\t"))
+    if note:
+        _say(f"note: {note}")
+    return 0
+
+
+def _vars(command: PerfCommand) -> int:
+    from kprobe_tui.commands.lines import open_target
+    from kprobe_tui.debuginfo.describe import format_points
+    from kprobe_tui.debuginfo.scope import PointSpec
+
+    chosen = _filter(command) if command.filters else None
+    if command.range:
+        raise PerfUsageError("--range is not supported by kprobe-tui yet", "kprobe-tui vars --verbose says where each variable lives")
+    for definition in command.definitions:
+        words = definition.words
+        if len(words) != 1:
+            raise PerfUsageError("'--vars' doesn't accept arguments", "give the probe point alone")
+        try:
+            spec = PointSpec.parse(words[0])
+        except UserError as exc:
+            raise _failed(exc, perfargs.USAGE) from None
+        try:
+            info = open_target(replace_target(_target_args(command), definition))
+            points = info.probe_points(spec, externs=command.externs)
+        except UserError as exc:
+            raise _failed(exc, ENOENT) from None
+        if command.no_inlines:
+            points = [point for point in points if not point.is_inline]
+        if not points:
+            raise PerfError(f"Failed to find the address of {spec}", "the line may have no code of its own: kprobe-tui probe -L shows it",
+                            ENOENT)
+        if chosen is not None:
+            for point in points:
+                point.variables = [v for v in point.variables if chosen.matches(v.name)]
+        sys.stdout.write(printable(format_points(spec, points, verbose=False), keep="\n\t"))
+    return 0
+
+
+def replace_target(target: SimpleNamespace, definition) -> SimpleNamespace:
+    """-x/-m as they were when this -V was read (perf applies each to the definitions after it)."""
+    if definition.binary or definition.module:
+        return SimpleNamespace(**{**vars(target), "binary": definition.binary, "module": definition.module, "vmlinux": None})
+    return target
+
+
+def _funcs(command: PerfCommand) -> int:
+    """perf's show_available_funcs: the sorted names of the target's functions that pass the filter (a name
+    once per function: a static function of two files twice). Where perf lists data symbols and
+    functions the kernel refuses to probe, kprobe-tui lists only what a probe can go on."""
+    chosen = _filter(command) if command.filters else _filter(replace(command, filters=[perfargs.DEFAULT_FUNC_FILTER]))
+    names = _function_names(command, chosen)
+    sys.stdout.write(printable("".join(f"{name}\n" for name in sorted(names) if chosen.matches(name)), keep="\n"))
+    return 0
+
+
+def _function_names(command: PerfCommand, chosen) -> list[str]:
+    if command.binary is not None:
+        from kprobe_tui.probes.binary import defined_function_names
+
+        try:
+            return defined_function_names(command.binary)
+        except UserError as exc:
+            raise _failed(exc, EINVAL) from None
+    if command.vmlinux is not None and command.module is None:
+        from kprobe_tui.commands.lines import open_target
+
+        try:
+            info = open_target(SimpleNamespace(binary=None, vmlinux=command.vmlinux, module=None, source_dir=None))
+        except UserError as exc:
+            raise _failed(exc, ENOENT) from None
+        return [name for name, _ in info.symbols.names()]
+    from kprobe_tui.kernel.catalog import Catalog, Status
+    from kprobe_tui.matching import Matcher
+
+    module = _module_name(command.module) if command.module is not None else ""
+    prefix = _literal_prefix(command.filters)
+    matcher = Matcher(prefix + "*", "glob") if prefix else None
+    catalog = Catalog(_sources(command), matcher, attach_methods=False)
+    for note in catalog.notes:
+        _say(f"note: {note}")
+    listed = []
+    for name in catalog.names:
+        if not chosen.matches(name) or catalog.status(name) is Status.BLACKLISTED:
+            continue
+        listed += [name] * catalog.symbol_modules(name).count(module)
+    return listed
+
+
+def _module_name(word: str) -> str:
+    from kprobe_tui.probes.pipeline import module_name  # the pipeline's imports only when a module is named
+
+    return module_name(word)
+
+
+def _literal_prefix(filters: list[str]) -> str:
+    """The literal start every name must have for a filter of one plain glob (``tcp_*``): what lets
+    the catalog scan kallsyms for those names alone."""
+    import re
+
+    if len(filters) != 1:
+        return ""
+    found = re.fullmatch(r"([A-Za-z0-9_.]+)[*?\[].*|([A-Za-z0-9_.]+)", filters[0].strip())
+    return (found[1] or found[2]) if found else ""
+
+
+_ACTIONS = {"add": _add, "definition": lambda command: _add(command, show_only=True), "del": _delete, "list": _list,
+            "line": _lines, "vars": _vars, "funcs": _funcs}

@@ -20,6 +20,8 @@ from kprobe_tui.textsafe import printable
 # kept event takes ~300 bytes more (measured on a 3-argument uprobe line): 10M events full are ~3 GB.
 # Beyond that a typo is a MemoryError, at once or hours later.
 MAX_EVENTS = 10_000_000
+# -x BINARY: tail the uprobes on that file (those of them EVENT names); -m MODULE: the kprobes in that module.
+OPTIONS = frozenset({"binary", "module"})
 
 
 def add_parser(subparsers) -> None:
@@ -51,13 +53,36 @@ def event_json(event: Event) -> str:
     return json.dumps(event.as_dict() if event.event else {"raw": event.body})
 
 
+def _targets(tracefs, args) -> list[str]:
+    """The EVENT patterns, narrowed to the probes on -x BINARY or in -m MODULE when one is given."""
+    if args.binary is None and args.module is None:
+        return args.events
+    import fnmatch
+    import shlex
+
+    from kprobe_tui.commands.funcs import module_name
+    from kprobe_tui.kernel.events import Events
+
+    module = module_name(args.module) if args.module else None
+    patterns = [p.replace(":", "/", 1) for p in args.events] or ["*"]
+    chosen = [e.full_name for e in Events(tracefs).list() if e.is_on(args.binary, module)
+              and any(fnmatch.fnmatchcase(e.full_name, p) or fnmatch.fnmatchcase(e.event, p) for p in patterns)]
+    if not chosen:
+        where = f"on {args.binary}" if args.binary else f"in module {module}"
+        option = f"-x {shlex.quote(args.binary)}" if args.binary else f"-m {shlex.quote(module)}"
+        raise UserError(f"no probe {where} matches {' '.join(args.events) or 'anything'}",
+                        f"see them with: kprobe-tui list {option}")
+    return chosen
+
+
 def run(args) -> int:
     if not 1 <= args.max_events <= MAX_EVENTS:
         raise UserError(f"--max-events {args.max_events}: must be 1 to {MAX_EVENTS:,}",
                         "the events kept are allocated up front; for more, write them out: --json > FILE")
     if args.duration is not None and not (math.isfinite(args.duration) and args.duration > 0):
         raise UserError(f"--duration {args.duration}: must be a positive number of seconds", "e.g. --duration 10")
-    session = TailSession(sources.from_args(args).tracing(), args.events, args.max_events, stacktrace=args.stacktrace)
+    tracefs = sources.from_args(args).tracing()
+    session = TailSession(tracefs, _targets(tracefs, args), args.max_events, stacktrace=args.stacktrace)
     batches: queue.SimpleQueue = queue.SimpleQueue()
 
     def on_update(update: StreamUpdate) -> None:

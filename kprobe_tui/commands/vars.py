@@ -9,8 +9,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kprobe_tui.commands.lines import add_debuginfo_options, open_target
+from kprobe_tui.commands.lines import OPTIONS as LINES_OPTIONS
+from kprobe_tui.commands.lines import open_target
 from kprobe_tui.errors import UserError
+
+
+OPTIONS = LINES_OPTIONS
 
 
 def add_parser(subparsers) -> None:
@@ -18,7 +22,6 @@ def add_parser(subparsers) -> None:
         "vars", help="variables in scope at a probe point (as perf probe -V)",
         description="List the parameters and locals that can be captured at each address of a probe point.",
     )
-    add_debuginfo_options(parser)
     parser.add_argument("spec", metavar="SPEC", help="FUNC, FUNC:LINE (relative), FUNC%%return or FUNC@FILE")
     parser.add_argument("--externs", action="store_true", help="also list global and static variables")
     parser.add_argument("--verbose", action="store_true",
@@ -33,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     info = open_target(args)
     # The listing depends only on the DWARF and these words: asked again, it comes from the
     # index without parsing DWARF (nor importing pyelftools, a third of such a run).
-    question = f"vars {spec} externs={args.externs} verbose={args.verbose}"
+    question = f"vars {spec} externs={args.externs} verbose={args.verbose} units=all"
     text = info.index.answer(question)
     if text is None:
         text = _listing(info, spec, args)

@@ -6,8 +6,9 @@ instead of loading a 100k-name table. Filled in three ways:
    for a vmlinux): every out-of-line function, static ones included;
  - per unit, the first time one is opened: its functions' DIE offsets and the address ranges
    of its subprograms, so the next run jumps straight to a DIE without walking the unit;
- - only when a name is not found (a function that exists only inlined): every unit's
-   top-level DIEs, once per build-id (minutes on a vmlinux, seconds on a library);
+ - per name, when every unit defining it is wanted (perf looks in all of them) or it is not
+   found (a function that exists only inlined): the units naming it, by a scan of the section
+   bytes (namescan.py: ~0.4 s on a vmlinux, where walking every unit took minutes);
  - per question, its answer (a `lines` spec's unit, file and probeable line numbers; a `vars`
    listing): the same DWARF always gives the same answer, and a warm run that finds it here
    never imports pyelftools nor decodes a line table (a kernel unit's is most of a warm run).
@@ -22,13 +23,14 @@ import sqlite3
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-FORMAT = 4
+FORMAT = 5
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER);
 CREATE TABLE IF NOT EXISTS names (name TEXT, cu INTEGER, PRIMARY KEY (name, cu)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS units (cu INTEGER PRIMARY KEY, functions BLOB, ranges BLOB);
 CREATE TABLE IF NOT EXISTS instances (cu INTEGER PRIMARY KEY, origins BLOB);
 CREATE TABLE IF NOT EXISTS answers (question TEXT PRIMARY KEY, answer BLOB);
+CREATE TABLE IF NOT EXISTS scanned (name TEXT PRIMARY KEY) WITHOUT ROWID;
 """
 
 
@@ -104,27 +106,26 @@ class NameIndex:
         row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return row[0] if row else None
 
-    @property
-    def complete(self) -> bool:
-        return bool(self._meta("complete"))
 
     def cus(self, name: str) -> list[int]:
         return [row[0] for row in self.db.execute("SELECT cu FROM names WHERE name = ? ORDER BY cu", (name,))]
 
-    def complete_with(self, all_units: Callable[[], Iterable[tuple[str, int]]]) -> None:
-        """Add every defined function of every unit (the slow walk), once."""
-        if self.complete:
-            return
-        pairs = list(all_units())
+    def scanned(self, name: str) -> bool:
+        """Whether every unit naming ``name`` is in the index (``add_scanned``)."""
+        return self.db.execute("SELECT 1 FROM scanned WHERE name = ?", (name,)).fetchone() is not None
+
+    def add_scanned(self, name: str, cu_offsets: Iterable[int]) -> None:
+        """Record the units that may define ``name`` (a byte scan may name a unit that does not: harmless)."""
+        rows = [(name, cu) for cu in cu_offsets]
         try:
             with self.db:
-                self.db.executemany("INSERT OR IGNORE INTO names VALUES (?, ?)", pairs)
-                self.db.execute("INSERT OR REPLACE INTO meta VALUES ('complete', 1)")
+                self.db.executemany("INSERT OR IGNORE INTO names VALUES (?, ?)", rows)
+                self.db.execute("INSERT OR IGNORE INTO scanned VALUES (?)", (name,))
         except sqlite3.Error:
             self.db = _in_memory_copy(self.db)
             with self.db:
-                self.db.executemany("INSERT OR IGNORE INTO names VALUES (?, ?)", pairs)
-                self.db.execute("INSERT OR REPLACE INTO meta VALUES ('complete', 1)")
+                self.db.executemany("INSERT OR IGNORE INTO names VALUES (?, ?)", rows)
+                self.db.execute("INSERT OR IGNORE INTO scanned VALUES (?)", (name,))
 
     def knows_functions_of(self, cu_offset: int) -> bool:
         return self._unit(cu_offset) is not None
@@ -194,8 +195,8 @@ def _fill(db: sqlite3.Connection, pairs: list[tuple[str, int]], identity: str) -
         db.execute("DELETE FROM units")
         db.execute("DELETE FROM instances")
         db.execute("DELETE FROM answers")
+        db.execute("DELETE FROM scanned")
         db.executemany("INSERT OR IGNORE INTO names VALUES (?, ?)", pairs)
-        db.execute("INSERT OR REPLACE INTO meta VALUES ('complete', 0)")
         db.execute("INSERT OR REPLACE INTO meta VALUES ('format', ?)", (FORMAT,))
         db.execute("INSERT OR REPLACE INTO meta VALUES ('identity', ?)", (identity,))
 

@@ -252,11 +252,14 @@ class DebugInfo:
 
         return NameIndex.load_or_build(key, from_symbols, file_identity(self.located.debug_file))
 
-    def _all_defined_functions(self):
-        for cu in self.dwarf.iter_CUs():
-            for die in self.units.of(cu).functions:
-                if dw.is_func_def(die) and "DW_AT_name" in die.attributes:
-                    yield dw.name_of(die), cu.cu_offset
+    def _scan(self, name: str) -> bool:
+        """Put every unit naming ``name`` in the index, once per name; True when this call did it."""
+        if self.index.scanned(name):
+            return False
+        from kprobe_tui.debuginfo.namescan import units_naming
+
+        self.index.add_scanned(name, units_naming(self.dwarf, name))
+        return True
 
     @one_question_at_a_time
     def cu(self, offset: int):
@@ -269,10 +272,20 @@ class DebugInfo:
     def definitions(self, name: str, file: str | None = None) -> list:
         """Subprogram DIEs defining ``name`` (perf's die_match_name + die_is_func_def), in unit order."""
         found = self._definitions_in(self.index.cus(name), name, file)
-        if not found and not self.index.complete:
-            self.index.complete_with(self._all_defined_functions)
+        if not found and self._scan(name):  # a function that exists only inlined has no symbol
             found = self._definitions_in(self.index.cus(name), name, file)
         return found
+
+    @reports_corruption(_debug_file)
+    def definitions_in_every_unit(self, name: str, file: str | None = None) -> list:
+        """The first definition of ``name`` in each unit that has one, in unit order: where perf looks for a
+        probe point (debuginfo__find_probe_location; in a unit, dwarf_getfuncs stops at the first match).
+        Units that only inline it count too (``read_cr3_pa`` in every file that calls it)."""
+        self._scan(name)
+        first: dict[int, Any] = {}
+        for die in self._definitions_in(self.index.cus(name), name, file):
+            first.setdefault(die.cu.cu_offset, die)
+        return list(first.values())
 
     def _definitions_in(self, cu_offsets: list[int], name: str, file: str | None) -> list:
         found = []
@@ -379,11 +392,23 @@ class DebugInfo:
     def probe_points(self, spec: str | PointSpec, externs: bool = False) -> list[ProbePoint]:
         """The addresses perf probe would use for a spec, each with the variables perf -V lists."""
         spec = spec if isinstance(spec, PointSpec) else PointSpec.parse(spec)
-        definitions = self.definitions(spec.function, spec.file)
+        definitions = self.definitions_in_every_unit(spec.function, spec.file)
         if not definitions:
             raise UserError(f"function {spec.function!r} not found in the debug info of {self.located.debug_file}",
                             "check the spelling, or give FUNC@FILE for a static function")
-        die = definitions[0]
+        points: list[ProbePoint] = []
+        for die in definitions:  # every unit's: perf probes a static function of each file, each inlining unit
+            points += self._points_of(die, spec, externs)
+        if spec.is_return:
+            points = [p for p in points if not p.is_inline]
+        unique: dict[int, ProbePoint] = {}
+        for point in points:  # perf lists an address once, even when two inlined copies start there
+            unique.setdefault(point.address, point)
+        return list(unique.values())
+
+    def _points_of(self, die, spec: PointSpec, externs: bool) -> list[ProbePoint]:
+        """perf's probe_point_search_cb on one unit's definition: a line in it, its entry, or the entries
+        of its concrete copies (out-of-line and inlined) when it is an abstract inline function."""
         unit = self.units.of(die.cu)
         decl_file = unit.file_name(dw.decl_file_index(die))
         points: list[ProbePoint] = []
@@ -403,12 +428,7 @@ class DebugInfo:
                 address = dw.entry_pc(instance, self.units)
                 if address:
                     points.append(self._point(instance, address, spec, dw.decl_line(die), decl_file, externs))
-        if spec.is_return:
-            points = [p for p in points if not p.is_inline]
-        unique: dict[int, ProbePoint] = {}
-        for point in points:  # perf lists an address once, even when two inlined copies start there
-            unique.setdefault(point.address, point)
-        return list(unique.values())
+        return points
 
     def _check_line_owns(self, unit: dw.CUData, spec: PointSpec, file: str, line: int, address: int) -> None:
         """perf's verify_representive_line: refuse a line whose address maps back to another line."""

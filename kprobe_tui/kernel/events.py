@@ -1,9 +1,10 @@
 """Dynamic events in the kernel: create, enable, filter, disable, delete, list, and clean up.
 
-Ownership goes by group: this run's probes live in its run-scoped group (``kptui_<pid>``, see
-``lifetime``) and are removed when the run ends (``lifetime.undo``); probes made to stay live in a
-persistent group (``kprobe_tui`` unless the user names one). Every other group (perf's ``probe``,
-an admin's, another live run's) is listed and never touched unless the user names it. A failed
+Ownership: this run's probes live in its run-scoped group (``kptui_<pid>``, see ``lifetime``) and
+are removed when the run ends (``lifetime.undo``); probes made to stay (``kprobe-tui probe``, the
+builder's Pin) go in any group, perf's ``probe`` included, and are known to be ours by the record
+``registry`` keeps of what we wrote, checked against what the kernel holds. Everything else (perf's
+own probes, an admin's, another live run's) is listed and never touched unless the user names it. A failed
 write leaves the event files as they were: whatever this call created before the failure is
 removed before the error goes up.
 """
@@ -15,12 +16,13 @@ import fnmatch
 import functools
 import os
 import re
+import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from kprobe_tui.errors import UserError
-from kprobe_tui.kernel import lifetime
+from kprobe_tui.kernel import lifetime, registry
 from kprobe_tui.kernel.tracefs import KernelRefused, Tracefs
 from kprobe_tui.kernel.triggers import SYNTHETIC_GROUP, remove_run_triggers, scoped_run
 from kprobe_tui.probes.render import unique_name
@@ -45,15 +47,14 @@ _KIND_FILE = {"p": "kprobe_events", "r": "kprobe_events", "f": "dynamic_events",
 _DEFINITION = re.compile(r"^(?P<prefix>[a-z])\d*:(?P<group>[^/\s]+)/(?P<event>\S+)\s*(?P<rest>.*)$")
 
 
-def owner_of(group: str) -> Owner:
-    """Whose a group is: this run, kprobe-tui's persistent group, another run, a dead run, or someone else."""
+def owner_of(group: str, made: bool = False) -> Owner:
+    """Whose an event is: this run's, kprobe-tui's and kept (``made``: the registry says we wrote it),
+    another run's, a dead run's, or someone else's."""
     if group == lifetime.own_name():
         return THIS_RUN
-    if group == DEFAULT_PERSISTENT_GROUP:
-        return PERSISTENT
     if lifetime.is_run_scoped(group):
         return STALE if lifetime.is_stale(group) else OTHER_RUN
-    return OTHERS
+    return PERSISTENT if made else OTHERS
 
 
 def instance_run(name: str) -> str | None:
@@ -70,6 +71,7 @@ class DynamicEvent:
     event: str
     definition: str  # the line as the kernel shows it
     is_uprobe: bool
+    made: bool = False  # a persistent probe kprobe-tui made (registry), whatever its group
 
     @property
     def full_name(self) -> str:
@@ -80,11 +82,35 @@ class DynamicEvent:
         if self.group == SYNTHETIC_GROUP:  # one group for everyone's: the name says whose
             run = scoped_run(self.event)
             return owner_of(run) if run else OTHERS
-        return owner_of(self.group)
+        return owner_of(self.group, self.made)
 
     @property
     def control_file(self) -> str:
         return "uprobe_events" if self.is_uprobe else _KIND_FILE.get(self.prefix, "dynamic_events")
+
+    @property
+    def place(self) -> str:
+        """Where it fires, as the kernel shows it: ``func+0``, ``9p:v9fs_read+8``, ``/bin/bash:0x00..4e0``."""
+        words = self.definition.split()
+        return words[1] if len(words) > 1 else ""
+
+    @property
+    def binary(self) -> str | None:
+        """The file a uprobe is on; None for kernel probes."""
+        return re.sub(r"\(0x[0-9a-fA-F]+\)$", "", self.place).rpartition(":")[0] if self.is_uprobe else None
+
+    @property
+    def module(self) -> str | None:
+        """The kernel module a kprobe's place names (``MODULE:symbol+off``); None for the core kernel."""
+        if self.is_uprobe or ":" not in self.place:
+            return None
+        return self.place.split(":", 1)[0]
+
+    def is_on(self, binary: str | None = None, module: str | None = None) -> bool:
+        """Whether it is on this program or library (resolved, as uprobe_events names it) or this module."""
+        if binary is not None and self.binary != os.path.realpath(binary):
+            return False
+        return module is None or self.module == module
 
     def to_json(self) -> dict:
         return {"group": self.group, "event": self.event, "kind": self.prefix, "uprobe": self.is_uprobe,
@@ -122,7 +148,8 @@ class Events:
     # -- reading -------------------------------------------------------------------------------
 
     def list(self) -> list[DynamicEvent]:
-        """Every dynamic event of every owner."""
+        """Every dynamic event of every owner (the persistent ones kprobe-tui made marked ``made``)."""
+        listed_at = time.time()
         found: dict[str, DynamicEvent] = {}
         if self.tracefs.exists("dynamic_events"):
             for line in self.tracefs.read("dynamic_events").splitlines():
@@ -136,6 +163,9 @@ class Events:
                     event = parse_definition(line, is_uprobe)
                     if event:
                         found[event.full_name] = event
+        if self.tracefs.writable:  # the live kernel: a snapshot's probes were made on another machine
+            made = registry.ours(found.values(), listed_at)
+            found = {name: replace(event, made=name in made) for name, event in found.items()}
         return sorted(found.values(), key=lambda e: (e.group, e.event))
 
     def events_in(self, group: str) -> builtins.list[DynamicEvent]:
@@ -200,6 +230,8 @@ class Events:
                                     "see what it allows: kprobe-tui doctor")
                 self.tracefs.write(probe.control_file, probe.definition() + "\n")
                 created.append(probe)
+                if not run_scoped:  # kept after this run: remembered as ours, whatever the group
+                    registry.record(probe.group, probe.event, [probe.definition()])
                 if run_scoped:  # registered at once: a signal may end the run before this call returns
                     group, event, rel = probe.group, probe.event, probe.control_file
                     self._undo_tokens[f"{group}/{event}"] = lifetime.undo.push(
@@ -215,7 +247,8 @@ class Events:
                     note = f"could not remove {probe.group}/{probe.event}: {leftover.message}"
                     failure.hint = f"{failure.hint}; {note}" if failure.hint else note
             raise
-        return [DynamicEvent(p.prefix, p.group, p.event, p.definition(), p.spec.is_uprobe) for p in created]
+        return [DynamicEvent(p.prefix, p.group, p.event, p.definition(), p.spec.is_uprobe, made=not run_scoped)
+                for p in created]
 
     def pin(self, event: DynamicEvent, group: str = DEFAULT_PERSISTENT_GROUP) -> DynamicEvent:
         """Keep a run-scoped probe after the run: the same definition in a persistent group, until ``del``.
@@ -229,7 +262,8 @@ class Events:
         head, rest = event.definition.split(" ", 1)
         definition = f"{head.split(':', 1)[0]}:{group}/{name} {rest}"
         self.tracefs.write(event.control_file, definition + "\n")
-        pinned = DynamicEvent(event.prefix, group, name, definition, event.is_uprobe)
+        registry.record(group, name, [definition])
+        pinned = DynamicEvent(event.prefix, group, name, definition, event.is_uprobe, made=True)
         top_filter = self.tracefs.read(f"events/{event.group}/{event.event}/filter").strip()
         try:
             if top_filter and top_filter != "none":
@@ -290,11 +324,13 @@ class Events:
             self.tracefs.write(rel, f"-:{group}/{event}\n")
         except KernelRefused as exc:
             if not self.tracefs.exists(f"events/{group}/{event}"):
+                registry.forget(group, event)
                 return  # already gone (removed by hand or by another cleanup): nothing to undo
             raise UserError(
                 f"cannot remove {group}/{event}: {exc.log.message if exc.log else exc}",
                 "something else still uses it (perf, another trace instance): stop that first",
             ) from exc
+        registry.forget(group, event)
 
     def _buffers(self) -> builtins.list[Tracefs]:
         """The top-level buffer, this run's instances and stale runs' instances: where our events may be on."""

@@ -122,7 +122,7 @@ def in_initial_pid_namespace() -> bool:
 
 def lock_state(name: str) -> str:
     """HELD (its run is alive), FREE (dead), ABSENT (no lock file of this boot), UNKNOWN (not ours to open)."""
-    directory = _lock_dir()
+    directory = lock_dir()
     if directory is None:
         return ABSENT
     try:
@@ -134,7 +134,7 @@ def lock_state(name: str) -> str:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return UNKNOWN
-        if os.pread(fd, 64, 0).decode(errors="replace").split(" ")[-1].strip() != _boot_id():
+        if os.pread(fd, 64, 0).decode(errors="replace").split(" ")[-1].strip() != boot_id():
             return ABSENT
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -147,7 +147,7 @@ def lock_state(name: str) -> str:
 
 def forget(name: str) -> None:
     """Remove a dead run's lock file, once its objects are gone (a live run's is never touched)."""
-    directory = _lock_dir()
+    directory = lock_dir()
     if directory is None or name == own_name():
         return
     _unlink_if_free(directory / f"{name}{_LOCK_SUFFIX}")
@@ -155,7 +155,7 @@ def forget(name: str) -> None:
 
 def dead_runs() -> list[str]:
     """Names whose lock file is free: runs that died, whether or not they left anything in tracefs."""
-    directory = _lock_dir()
+    directory = lock_dir()
     if directory is None:
         return []
     try:
@@ -171,14 +171,14 @@ def dead_runs() -> list[str]:
 
 
 @functools.lru_cache(maxsize=1)
-def _boot_id() -> str:
+def boot_id() -> str:
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         return "unknown-boot"
 
 
-def _lock_dir(create: bool = False) -> Path | None:
+def lock_dir(create: bool = False) -> Path | None:
     """/run/kprobe-tui when it is a directory root made (sticky, world-writable: lab users lock there too)."""
     try:
         status = os.lstat(LOCK_DIR)
@@ -192,7 +192,7 @@ def _lock_dir(create: bool = False) -> Path | None:
             pass
         except OSError:
             return None  # not root, or /run is read-only (a QEMU guest's view of the host)
-        return _lock_dir()
+        return lock_dir()
     except OSError:
         return None
     if not stat.S_ISDIR(status.st_mode) or status.st_uid != 0:
@@ -202,7 +202,7 @@ def _lock_dir(create: bool = False) -> Path | None:
 
 def _take_name(pid: int) -> _Claim:
     """``kptui_<pid>``, or the first free ``kptui_<pid>_<n>``: a name no other run holds or left."""
-    directory = _lock_dir(create=True)
+    directory = lock_dir(create=True)
     if directory is None:
         return _Claim(f"{RUN_PREFIX}{pid}", None, None)
     for suffix in range(_MAX_SUFFIX):
@@ -226,7 +226,7 @@ def _create_locked(directory: Path, name: str, pid: int) -> int | None:
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.write(fd, f"pid {pid} boot {_boot_id()}\n".encode())
+        os.write(fd, f"pid {pid} boot {boot_id()}\n".encode())
         os.link(temporary, directory / f"{name}{_LOCK_SUFFIX}")
     except BaseException as exc:
         os.close(fd)

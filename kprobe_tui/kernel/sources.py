@@ -8,7 +8,6 @@ captured copies (``--tracefs DIR`` and friends, or a ``kprobe-tui snapshot`` arc
 from __future__ import annotations
 
 import os
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,6 +73,8 @@ def _mount(fstype: str, target: Path, without_it: str, notes: list[str]) -> Path
     if os.geteuid() != 0:
         reason: str | None = "not root"
     else:
+        import subprocess  # only when tracefs is not mounted yet (~4 ms of imports otherwise)
+
         try:
             result = subprocess.run(
                 ["mount", "-t", fstype, "nodev", str(target)], capture_output=True, text=True, timeout=10

@@ -85,6 +85,11 @@ class BinaryCatalog:
             found = self._classified[name] = self._classify(name, self._symbols.get(name, []))
         return found
 
+    def defined_count(self, name: str) -> int:
+        """How many function bodies of this name the file defines (a static function of two files: 2);
+        imports and PLT stubs are not bodies."""
+        return sum(1 for s in self._symbols.get(name, []) if s.section and s.section not in _STUB_SECTIONS)
+
     def _classify(self, name: str, symbols: list[_FunctionSymbol]) -> tuple[Status, str]:
         defined = [s for s in symbols if s.section]
         if not defined:
@@ -202,6 +207,15 @@ def _spelled_type(die) -> str:
     if "DW_AT_type" not in die.attributes:
         return "void"
     return dw.type_name(die) or "void*"
+
+
+def defined_function_names(path: str | Path) -> list[str]:
+    """The name of each function body the file defines, once per body, imports and PLT stubs left out:
+    what ``perf probe -x BIN -F`` lists, read from the symbol tables alone (no DWARF: a fifth of the time)."""
+    path = Path(path).resolve()
+    require_x86_64_elf(path)
+    return [name for name, symbols in _read_function_symbols(path).items()
+            for s in symbols if s.section and s.section not in _STUB_SECTIONS]
 
 
 def _read_function_symbols(path: Path) -> dict[str, list[_FunctionSymbol]]:

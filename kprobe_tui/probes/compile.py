@@ -19,8 +19,9 @@ from kprobe_tui.blocking import blocking
 from kprobe_tui.debuginfo.corrupt import reports_corruption
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.capabilities import readme_offers
-from kprobe_tui.probes.render import always_quoted, default_arg_name, default_event_name, unique_name
+from kprobe_tui.probes.render import always_quoted, default_arg_name, default_event_name, perf_arg_name, unique_name
 from kprobe_tui.probes.spec import (
+    BARE_INT_TYPES,
     LOCALS_GONE,
     MAX_ARG_NAME_LEN,
     MAX_EVENT_NAME_LEN,
@@ -29,8 +30,23 @@ from kprobe_tui.probes.spec import (
     FetchArg,
     ProbeArg,
     ProbeSpec,
+    sized,
 )
 from kprobe_tui.probes.symbols import data_symbol_containing, elf_symbols, symbol_address
+
+# What a probe's notes say when it is on an inlined copy, or past the prologue (perf says both its own way).
+INLINED_NOTE = "inlined copy in "
+PROLOGUE_NOTE = "prologue skipped (probe 0x{entry:x} to see the function's very first instruction)"
+
+
+def prologue_entry(notes: Iterable[str]) -> int | None:
+    """The function entry a probe's prologue skip moved away from, if its notes say so."""
+    for note in notes:
+        found = re.fullmatch(re.escape(PROLOGUE_NOTE).replace(r"0x\{entry:x\}", "0x([0-9a-f]+)"), note)
+        if found:
+            return int(found[1], 16)
+    return None
+
 
 # x86_64 System V: integer parameters 1..6.
 ARG_REGISTERS = ("di", "si", "dx", "cx", "r8", "r9")
@@ -94,9 +110,12 @@ def needs_debuginfo(spec: ProbeSpec) -> bool:
     return spec.kind == "line" or spec.source is not None or any(a.kind in ("var", "params", "vars") for a in spec.args)
 
 
-def name_fetch_args(pairs: Iterable[tuple[ProbeArg | None, str, str, str | None]]) -> tuple[FetchArg, ...]:
-    """(source, default name, fetch, type) -> FetchArgs with unique kernel-valid names; user names win."""
-    pairs = list(pairs)
+def name_fetch_args(pairs: Iterable[tuple[ProbeArg | None, str, str, str | None]], perf: bool = False) -> tuple[FetchArg, ...]:
+    """(source, default name, fetch, type) -> FetchArgs with unique kernel-valid names; user names win.
+
+    ``perf``: default names as perf gives them (``perf_arg_name``). A bare ``x``/``u``/``s`` left on a
+    value of no known width (a register, raw memory) is 64 bits wide."""
+    pairs = [(src, base, fetch, sized(type_, None) if type_ else type_) for src, base, fetch, type_ in pairs]
     if len(pairs) > MAX_TRACE_ARGS:
         raise UserError(f"{len(pairs)} arguments: the kernel takes at most {MAX_TRACE_ARGS}", "capture fewer values")
     user_names = [src.name for src, *_ in pairs if src is not None and src.name]
@@ -104,16 +123,29 @@ def name_fetch_args(pairs: Iterable[tuple[ProbeArg | None, str, str, str | None]
     if duplicate:
         raise UserError(f"{duplicate!r}: two arguments have this name", "give each NAME= once")
     names: list[str] = []
-    for src, base, _, _ in pairs:
+    for position, (src, base, _, _) in enumerate(pairs, 1):
         if src is not None and src.name:
             names.append(src.name)
         else:  # defaults step aside for user-given names, which are kept verbatim
-            names.append(unique_name(base, set(names) | set(user_names), MAX_ARG_NAME_LEN))
-    return tuple(FetchArg(name, fetch, type_, src) for name, (src, _, fetch, type_) in zip(names, pairs))
+            wanted = perf_arg_name(src, base, position) if perf else base
+            names.append(unique_name(wanted, set(names) | set(user_names), MAX_ARG_NAME_LEN))
+    return tuple(FetchArg(name, fetch, type_, src, implicit_name=perf and _unnamed_raw(src) and name == f"arg{position}")
+                 for position, (name, (src, _, fetch, type_)) in enumerate(zip(names, pairs), 1))
 
 
-def event_name(spec: ProbeSpec, taken: Iterable[str], line: int | None = None) -> str:
-    """The user's event name (refused if taken), or a default made unique in the group."""
+def _unnamed_raw(src: ProbeArg | None) -> bool:
+    """A fetch-arg perf writes without NAME=: one written by hand, a register, a symbol, $retval..."""
+    return src is not None and not src.name and src.kind != "var"
+
+
+def event_name(spec: ProbeSpec, taken: Iterable[str], line: int | None = None, function: str | None = None) -> str:
+    """The user's event name (refused if taken), or a default made unique in the group.
+
+    In the perf dialect the name is perf's, taken or not, and shared by every probe of the spec (the
+    kernel appends them to one event): whether a taken name is an error (perf's EEXIST) or gets a
+    ``_1`` (``-f``) the caller decides, as perf's ``--force`` does."""
+    if spec.perf_dialect:
+        return default_event_name(spec, line, function)
     taken = set(taken)
     if spec.event:
         if spec.event in taken:
@@ -146,8 +178,9 @@ def compile_raw(
     else:
         place = module_place(spec, f"{spec.function}+{spec.offset}" if spec.kind != "fprobe" else spec.function)
     fetches = name_fetch_args(
-        (arg, default_arg_name(arg), _raw_fetch(arg, spec, arg_n_supported, address, return_args), arg.type)
-        for arg in spec.args
+        ((arg, default_arg_name(arg), _raw_fetch(arg, spec, arg_n_supported, address, return_args), arg.type)
+         for arg in spec.args),
+        perf=spec.perf_dialect,
     )
     return CompiledProbe(spec, group, event_name(spec, taken), place, fetches, function, function_offset)
 
@@ -190,7 +223,10 @@ def compile_spec(
     """
     blocking(f"compiling {spec.place_text()}")
     debug_file = spec.binary or vmlinux
-    untyped_retval = any(a.kind == "retval" and not a.type for a in spec.args)
+    # $retval gets the function's return type (kprobe-tui's dialect), or its width (:x, :u, :s);
+    # perf leaves a bare $retval untyped.
+    untyped_retval = any(a.kind == "retval" and (a.type in BARE_INT_TYPES or not (a.type or spec.perf_dialect))
+                         for a in spec.args)
     typed_retval = untyped_retval and (_has_dwarf(debug_file) if debug_file else _btf_available(btf_path))
     if not needs_debuginfo(spec) and not typed_retval:
         probes = [compile_raw(spec, group, taken, arg_n_supported=readme_offers(readme, "arg_n"),
@@ -231,7 +267,7 @@ def compile_dwarf(
         for point, place, notes in points:
             fetches = _dwarf_fetches(info, spec, point, notes, readme_offers(readme, "return_args"))
             line = int(place.rsplit(":", 1)[1]) if spec.lazy is not None else None  # ;PTN: the line it matched
-            name = event_name(spec, taken, line)
+            name = event_name(spec, taken, line, point.function)
             taken.append(name)
             where = f"{spec.binary}:0x{point.file_offset:x}" if spec.is_uprobe else module_place(spec, f"{point.function}+{point.offset}", info.located.module)
             probes.append(CompiledProbe(spec, group, name, where, fetches, point.function, point.offset, tuple(notes)))
@@ -249,7 +285,7 @@ def dwarf_points(spec: ProbeSpec, vmlinux: str | None = None) -> tuple[Any, list
             raise UserError(f"{spec.place_text()!r}: no probeable address", "for a line, see which lines are probeable: kprobe-tui lines FUNC")
         moved = []
         for point, place in points:
-            notes: list[str] = [f"inlined copy in {point.function}"] if point.is_inline else []
+            notes: list[str] = [f"{INLINED_NOTE}{point.function}"] if point.is_inline else []
             moved.append((_moved_point(info, spec, point, notes), place, notes))
     return info, moved
 
@@ -329,7 +365,7 @@ def _moved_point(info, spec: ProbeSpec, point, notes: list[str]):
     elif _skips_prologue(info, spec, point):
         address = _after_prologue(info, point.address)
         if address != point.address:
-            notes.append(f"prologue skipped (probe 0x{point.address:x} to see the function's very first instruction)")
+            notes.append(PROLOGUE_NOTE.format(entry=point.address))
     if address == point.address:
         return point
     function = info.real_function_at(info.cu(info.aranges.cu_at(point.address)), address)
@@ -428,12 +464,13 @@ def _dwarf_fetches(info, spec: ProbeSpec, point, notes: list[str], return_args: 
                     continue
                 notes += more
                 pairs.append((None, variable.name, fetch, type_))
-        elif arg.kind == "retval" and not arg.type:
-            pairs.append((arg, "retval", "$retval", _return_type(info, spec)))
+        elif arg.kind == "retval" and (arg.type in BARE_INT_TYPES or not (arg.type or spec.perf_dialect)):
+            natural = _return_type(info, spec)
+            pairs.append((arg, "retval", "$retval", sized(arg.type, natural) if arg.type else natural))
         else:
             fetch = _raw_fetch(arg, spec, False, point.address, return_args)
             pairs.append((arg, default_arg_name(arg), fetch, arg.type))
-    return name_fetch_args(pairs)
+    return name_fetch_args(pairs, perf=spec.perf_dialect)
 
 
 def _parameters(point) -> list:
@@ -464,7 +501,7 @@ def _exit_fetch(info, spec: ProbeSpec, point, variable, arg: ProbeArg, token: st
                             f"so $arg{position} is not {variable.name}", "probe the entry instead")
     saved = loc.Located(value=f"$arg{position}")  # what the kernel saved at entry: the register is clobbered by now
     obj = loc.walk(loc.Object(variable.type_die, saved), arg.path, variable.name, absolute)
-    return loc.object_fetch(obj, arg.text, arg.type, absolute)
+    return loc.object_fetch(obj, arg.text, arg.type, absolute, _unsigned(spec))
 
 
 def _scope_variables(point, params_only: bool) -> list:
@@ -492,6 +529,11 @@ def _find_variable(point, name: str, spec: ProbeSpec):
     )
 
 
+def _unsigned(spec: ProbeSpec) -> str:
+    """The type letter for unsigned values: ``u``, or ``x`` as perf writes them."""
+    return "x" if spec.perf_dialect else "u"
+
+
 def _variable_fetch(info, spec: ProbeSpec, point, variable, arg: ProbeArg, absolute) -> tuple[str, str, list[str]]:
     from kprobe_tui.probes import locations as loc
 
@@ -499,7 +541,8 @@ def _variable_fetch(info, spec: ProbeSpec, point, variable, arg: ProbeArg, absol
     if variable.const_value is not None and variable.location is None:
         if isinstance(variable.const_value, bytes) or arg.path:
             raise loc.NotExpressible(f"{what}: {variable.name} is a compile-time constant without storage")
-        return f"\\{variable.const_value}", arg.type or loc.fetch_type(variable.type_die, what), []
+        natural = loc.fetch_type(variable.type_die, what, _unsigned(spec))
+        return f"\\{variable.const_value}", sized(arg.type, natural) if arg.type else natural, []
     if variable.location is None:
         raise loc.NotExpressible(
             f"{variable.name}: optimised out at {point.function}+{point.offset} (line {point.line})",
@@ -512,7 +555,7 @@ def _variable_fetch(info, spec: ProbeSpec, point, variable, arg: ProbeArg, absol
         absolute=absolute,
     )
     obj = loc.walk(loc.Object(variable.type_die, located), arg.path, variable.name, absolute)
-    return loc.object_fetch(obj, what, arg.type, absolute)
+    return loc.object_fetch(obj, what, arg.type, absolute, _unsigned(spec))
 
 
 def _frame_base(info, spec: ProbeSpec, point, variable, absolute):
@@ -544,7 +587,7 @@ def _return_type(info, spec: ProbeSpec) -> str | None:
     if return_type is None:
         return None
     try:
-        return loc.fetch_type(return_type, "$retval")
+        return loc.fetch_type(return_type, "$retval", _unsigned(spec))
     except loc.NotExpressible:
         return None  # a struct returned in registers: the raw %ax is the best there is
 
@@ -594,31 +637,33 @@ def compile_btf(
     for arg in spec.args:
         if arg.kind == "params":
             for index, param in enumerate(params):
-                fetch, type_ = _btf_fetch(btf, params, index, (), param.name, None, kernel_names, at_exit)
+                fetch, type_ = _btf_fetch(btf, params, index, (), param.name, None, kernel_names, at_exit, _unsigned(spec))
                 pairs.append((None, param.name, fetch, type_))
         elif arg.kind == "vars":
             raise UserError("$vars: locals need DWARF", "use $params, or give -k VMLINUX")
-        elif arg.kind == "retval" and not arg.type:
-            pairs.append((arg, "retval", "$retval", _btf_value_type(btf, btf.return_type(spec.function))))
+        elif arg.kind == "retval" and (arg.type in BARE_INT_TYPES or not (arg.type or spec.perf_dialect)):
+            natural = _btf_value_type(btf, btf.return_type(spec.function), _unsigned(spec))
+            pairs.append((arg, "retval", "$retval", sized(arg.type, natural) if arg.type else natural))
         elif arg.kind == "var":
             index = next((i for i, p in enumerate(params) if p.name == arg.var), None)
             if index is None:
                 raise UserError(f"{arg.var!r}: not a parameter of {btf.prototype(spec.function)}",
                                 "without DWARF only parameters can be named; locals need -k VMLINUX")
-            fetch, type_ = _btf_fetch(btf, params, index, arg.path, arg.text, arg.type, kernel_names, at_exit)
+            fetch, type_ = _btf_fetch(btf, params, index, arg.path, arg.text, arg.type, kernel_names, at_exit, _unsigned(spec))
             pairs.append((arg, default_arg_name(arg), fetch, type_))
         else:
             fetch = _raw_fetch(arg, spec, readme_offers(readme, "arg_n"), None, readme_offers(readme, "return_args"))
             pairs.append((arg, default_arg_name(arg), fetch, arg.type))
     place = module_place(spec, spec.function if spec.kind == "fprobe" else f"{spec.function}+0")
-    return CompiledProbe(spec, group, event_name(spec, taken), place, name_fetch_args(pairs), spec.function, 0)
+    return CompiledProbe(spec, group, event_name(spec, taken), place, name_fetch_args(pairs, perf=spec.perf_dialect),
+                         spec.function, 0)
 
 
 def _btf_fetch(
-    btf, params, index: int, path, what: str, wanted: str | None, kernel_names: bool, at_exit: bool
+    btf, params, index: int, path, what: str, wanted: str | None, kernel_names: bool, at_exit: bool, unsigned: str = "u"
 ) -> tuple[str, str | None]:
     """(fetch, type) for parameter ``index`` followed by an access path; ``at_exit``: on a return probe."""
-    if kernel_names and all(step.op == "->" for step in path):
+    if kernel_names and all(step.op == "->" for step in path) and wanted not in BARE_INT_TYPES:
         return what, wanted  # the kernel resolves names, -> chains and their types from BTF itself
     if at_exit:
         value = f"$arg{index + 1}"  # saved by the kernel at entry: the register is clobbered by now
@@ -654,21 +699,23 @@ def _btf_fetch(
         fetch = value
     elif bits:
         container = btf.size_of(type_id) * 8
-        return f"+{address[1]}({address[0]})", wanted or f"b{bits[1]}@{bits[0]}/{container}"
+        natural = f"b{bits[1]}@{bits[0]}/{container}"
+        return f"+{address[1]}({address[0]})", sized(wanted, natural) if wanted else natural
     else:
         fetch = f"+{address[1]}({address[0]})"
     if wanted in ("string", "ustring"):
         return f"+0({fetch})", wanted
-    if wanted:
+    if wanted and wanted not in BARE_INT_TYPES:
         return fetch, wanted
-    type_ = _btf_value_type(btf, type_id)
+    type_ = _btf_value_type(btf, type_id, unsigned)
     if type_ is None:
         raise UserError(f"{what} is {btf.type_name(type_id)}, not a value of 1, 2, 4 or 8 bytes", f"capture a member: {what}->member")
-    return fetch, type_
+    return fetch, sized(wanted, type_) if wanted else type_
 
 
-def _btf_value_type(btf, type_id: int) -> str | None:
-    """s32/u64/x64... for a BTF scalar or pointer; None for void, structs and odd sizes."""
+def _btf_value_type(btf, type_id: int, unsigned: str = "u") -> str | None:
+    """s32/u64/x64... for a BTF scalar or pointer; None for void, structs and odd sizes. ``unsigned``:
+    the letter for values that are not signed (``x`` in perf's dialect)."""
     if type_id == 0:
         return None
     if btf.is_pointer(type_id):
@@ -677,4 +724,4 @@ def _btf_value_type(btf, type_id: int) -> str | None:
         size, signed = btf.size_of(type_id), btf.is_signed(type_id)
     except UserError:
         return None
-    return f"{'s' if signed else 'u'}{size * 8}" if size in (1, 2, 4, 8) else None
+    return f"{'s' if signed else unsigned}{size * 8}" if size in (1, 2, 4, 8) else None

@@ -19,7 +19,7 @@ from typing import Any
 from kprobe_tui.debuginfo.dwarfinfo import attr, int_attr, name_of, ref
 from kprobe_tui.debuginfo.leb128 import uleb128
 from kprobe_tui.errors import UserError
-from kprobe_tui.probes.spec import AccessStep
+from kprobe_tui.probes.spec import BARE_INT_TYPES, AccessStep, sized
 
 # DWARF register numbers on x86_64 (System V psABI, figure 3.36).
 DWARF_REGISTERS = ("ax", "dx", "cx", "bx", "si", "di", "bp", "sp", *(f"r{n}" for n in range(8, 16)), "ip")
@@ -210,8 +210,11 @@ def is_char(type_die) -> bool:
     return real is not None and real.tag == "DW_TAG_base_type" and int_attr(real, "DW_AT_encoding") in _CHARS
 
 
-def fetch_type(type_die, what: str) -> str:
-    """The tracefs type for a value of this C type: s32, u8, x64, s16[4]..."""
+def fetch_type(type_die, what: str, unsigned: str = "u") -> str:
+    """The tracefs type for a value of this C type: s32, u8, x64, s16[4]...
+
+    ``unsigned`` is the letter for values that are not signed: ``u``, or ``x`` as perf gives them
+    (perf's convert_variable_type: signed only by DW_AT_encoding, so enums, bools and floats are ``x``)."""
     real = strip(type_die)
     if real is None:
         raise NotExpressible(f"{what} is void", "cast it by giving a type, e.g. :x64")
@@ -219,7 +222,7 @@ def fetch_type(type_die, what: str) -> str:
         return "x64"
     if real.tag == "DW_TAG_array_type":
         count = array_length(real)
-        element = fetch_type(type_of(real), what)
+        element = fetch_type(type_of(real), what, unsigned)
         if not count or count > MAX_ARRAY or "[" in element:
             raise NotExpressible(f"{what} is {type_name(type_die)}: the kernel reads arrays of 1..{MAX_ARRAY} scalars",
                                  f"capture one element, e.g. {what}[0]")
@@ -230,6 +233,8 @@ def fetch_type(type_die, what: str) -> str:
     if size not in (1, 2, 4, 8):
         raise NotExpressible(f"{what} is {size} bytes ({type_name(type_die)}): fetch-args read 1, 2, 4 or 8", "capture a part of it")
     if real.tag == "DW_TAG_enumeration_type":
+        if unsigned == "x":
+            return f"x{size * 8}"  # an enum has no encoding of its own: perf shows it unsigned
         signed = int_attr(strip(type_of(real)), "DW_AT_encoding") in _SIGNED if type_of(real) is not None else False
     elif real.tag == "DW_TAG_base_type":
         encoding = int_attr(real, "DW_AT_encoding")
@@ -238,7 +243,7 @@ def fetch_type(type_die, what: str) -> str:
         signed = encoding in _SIGNED
     else:
         raise NotExpressible(f"{what} has type {type_name(type_die)}, which has no tracefs type", "give a type, e.g. :x64")
-    return f"{'s' if signed else 'u'}{size * 8}"
+    return f"{'s' if signed else unsigned}{size * 8}"
 
 
 # -- members ----------------------------------------------------------------------------------
@@ -408,8 +413,9 @@ def _value_fetch(obj: Object, absolute) -> str:
     return deref_fetch(obj.located.address, absolute)
 
 
-def object_fetch(obj: Object, what: str, wanted_type: str | None, absolute) -> tuple[str, str, list[str]]:
-    """(fetch, type, notes) for the final object of a path; ``wanted_type`` is the user's :TYPE."""
+def object_fetch(obj: Object, what: str, wanted_type: str | None, absolute, unsigned: str = "u") -> tuple[str, str, list[str]]:
+    """(fetch, type, notes) for the final object of a path; ``wanted_type`` is the user's :TYPE (a bare
+    ``x``/``u``/``s`` takes the object's width); ``unsigned`` as for ``fetch_type``."""
     notes: list[str] = []
     if obj.bits:
         assert obj.located.address is not None  # a bitfield is a member: in memory
@@ -417,7 +423,7 @@ def object_fetch(obj: Object, what: str, wanted_type: str | None, absolute) -> t
         real = strip(obj.type_die)
         if real is not None and int_attr(real, "DW_AT_encoding") in _SIGNED:
             notes.append(f"{what} is a signed bitfield: the kernel shows its {obj.bits[1]} bits unsigned")
-        return fetch, wanted_type or bit_type, notes
+        return fetch, sized(wanted_type, bit_type) if wanted_type else bit_type, notes
     real = strip(obj.type_die)
     if wanted_type in ("string", "ustring"):
         if real is not None and real.tag == "DW_TAG_array_type" and obj.located.address is not None:
@@ -429,11 +435,13 @@ def object_fetch(obj: Object, what: str, wanted_type: str | None, absolute) -> t
         raise NotExpressible(f"{what} is {type_name(obj.type_die)}: only char * and char[] can be read as a string",
                              f"drop :{wanted_type}")
     fetch = _value_fetch(obj, absolute)
+    if wanted_type in BARE_INT_TYPES:
+        return fetch, sized(wanted_type, fetch_type(obj.type_die, what, unsigned)), notes
     if wanted_type:
         return fetch, wanted_type, notes
     if real is not None and real.tag == "DW_TAG_array_type" and obj.located.address is None:
         raise NotExpressible(f"{what} is an array held outside memory")
-    return fetch, fetch_type(obj.type_die, what), notes
+    return fetch, fetch_type(obj.type_die, what, unsigned), notes
 
 
 # -- call-frame information -------------------------------------------------------------------

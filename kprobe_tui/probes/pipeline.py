@@ -50,7 +50,8 @@ class ProbeRequest:
     ``run_group``: this run's group, which the caller may name (the TUI's run-scoped probes);
     ``displayed``: this process shows the events, so its own PID is filtered out (the golden rule);
     ``event`` overrides the spec's ``EVENT=``; ``filter`` is the user's own filter, checked against
-    the fields the event will have.
+    the fields the event will have; ``dialect``: whose default names and types (ProbeSpec.dialect:
+    ``kprobe-tui probe`` asks for perf's).
     """
 
     words: tuple[str, ...]
@@ -63,6 +64,7 @@ class ProbeRequest:
     event: str | None = None
     filter: str | None = None
     displayed: bool = False
+    dialect: str = "kprobe-tui"
 
 
 class ProbeTarget:
@@ -159,6 +161,7 @@ def parse(request: ProbeRequest) -> tuple[ProbeSpec, GuardAdvice]:
     group = resolve_group(request)
     spec = parse_spec(list(request.words), binary=request.binary, fprobe=request.fprobe, group=group,
                       module=request.module)
+    spec = replace(spec, dialect=request.dialect)
     if request.event:
         spec = replace(spec, event=check_name(request.event, "event", MAX_EVENT_NAME_LEN))
     wanted = (request.filter or "").strip() or None

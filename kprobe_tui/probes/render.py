@@ -56,8 +56,11 @@ def unique_name(base: str, taken: Iterable[str], limit: int) -> str:
     return name
 
 
-def default_event_name(spec: ProbeSpec, line: int | None = None) -> str:
-    """perf's naming: ``func``, ``func__return``, ``func_L12``, ``func_16``, ``file_c_L12``."""
+def default_event_name(spec: ProbeSpec, line: int | None = None, function: str | None = None) -> str:
+    """kprobe-tui's naming: ``func``, ``func__return``, ``func_L12``, ``func_16``, ``file_c_L12``; in the
+    perf dialect, perf's (``perf_event_name``). ``function``: the one the place was found in (SRC:ALN)."""
+    if spec.perf_dialect:
+        return perf_event_name(spec, function)
     if spec.address is not None:
         base = f"addr_{spec.address:x}"
     else:
@@ -71,6 +74,44 @@ def default_event_name(spec: ProbeSpec, line: int | None = None) -> str:
     elif spec.offset:
         suffix = f"_{spec.offset}"
     return shorten(sanitize(base), suffix)
+
+
+def perf_event_name(spec: ProbeSpec, function: str | None = None) -> str:
+    """The name perf probe gives (parse_perf_probe_command, probe_trace_event__set_name,
+    get_new_event_name): ``FUNC_L<line>`` for FUNC:LINE, else the function (the one holding SRC:ALN),
+    ``abs_<hex>`` for an address; cut at its first '.' or '@' (``foo.isra.0`` -> ``foo``), then
+    ``__return`` for a return probe. Every probe of one definition shares it (the kernel appends them
+    to one event); a long name is cut as ``shorten`` cuts it, where perf fails."""
+    if spec.event:
+        return spec.event
+    if spec.address is not None:
+        base = f"abs_{spec.address:x}"
+    elif spec.function and spec.line is not None and spec.lazy is None and not spec.offset:
+        base = f"{spec.function}_L{spec.line}"
+    else:
+        base = spec.function or function or "probe"
+    base = base.removeprefix(".")
+    cut = re.search(r"[.@]", base[1:])
+    if cut:
+        base = base[: cut.start() + 1]
+    return shorten(sanitize(base), "__return" if spec.is_return else "")
+
+
+def perf_arg_name(arg: ProbeArg | None, base: str, position: int) -> str:
+    """The field name perf gives an argument it was not given a NAME= for: a C variable's own spelling
+    with ':' made '_' (``flags:x`` -> ``flags_x``), the last member of an access path (``sk->sk_state``
+    -> ``sk_state``, ``rec->scores[2]`` -> ``scores``); a raw fetch-arg, a register, ``$retval`` go
+    unnamed, and the kernel calls them ``arg<position>`` (perf's find_variable, parse_perf_probe_arg)."""
+    if arg is None:
+        return base  # a member of $params or $vars: the variable's name
+    if arg.kind != "var":
+        return f"arg{position}"
+    members = [step.member for step in arg.path if step.op != "[]"]
+    if members:
+        return members[-1]
+    if arg.path:
+        return arg.var
+    return f"{arg.var}_{arg.type}" if arg.type else arg.var
 
 
 def default_arg_name(arg: ProbeArg) -> str:
@@ -98,6 +139,8 @@ def perf_command(spec: ProbeSpec, group: str | None = None, event: str | None = 
         return "# perf probe cannot create fprobes (use the tracefs line above)"
     group, event = group or spec.group, event or spec.event
     head = spec.place_text()
+    if spec.lazy is not None:  # perf splits the probe at spaces, and matches a ;PATTERN ignoring them
+        head = "".join(head.split())
     if event:
         head = f"{group + ':' if group else ''}{event}={head}"
     words = ["perf", "probe"]
@@ -105,7 +148,7 @@ def perf_command(spec: ProbeSpec, group: str | None = None, event: str | None = 
         words += ["-x", spec.binary]
     if spec.module:
         words += ["-m", spec.module]
-    words += ["-a", head, *(str(arg) for arg in spec.args)]
+    words += ["-a", " ".join([head, *(str(arg) for arg in spec.args)])]  # -a takes the probe as one word
     return " ".join(shlex.quote(word) for word in words)
 
 

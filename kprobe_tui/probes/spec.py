@@ -39,11 +39,14 @@ MAX_TRACE_ARGS = 128
 MAX_FETCH_DEPTH = 8  # nested +OFF(...) dereferences we accept; the kernel has 16 fetch operations in all
 
 DEFAULT_PERSISTENT_GROUP = "kprobe_tui"
+PERF_DIALECT = "perf"
 
 LOCALS_GONE = "local variables are gone when the function returns"
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _INT_TYPE = re.compile(r"[sux](8|16|32|64)")
+# perf's x, u and s with no width: the width comes from the debug info (or is 64 for a register).
+BARE_INT_TYPES = ("x", "u", "s")
 _BITFIELD_TYPE = re.compile(r"b(\d+)@(\d+)/(8|16|32|64)", re.ASCII)
 _ARRAY_TYPE = re.compile(r"(?P<base>[^\[\]]+)\[(?P<count>\d+)\]", re.ASCII)
 _SCALAR_TYPES = {"char", "string", "ustring", "symbol", "symstr", "%pd", "%pD"}
@@ -119,6 +122,14 @@ class ProbeSpec:
     args: tuple[ProbeArg, ...] = ()
     filter: str | None = None
     fprobe_return: bool = False  # an fprobe on function exit
+    # Whose conventions default names and types follow: kprobe-tui's (``len=...:u32``, ``sk_state``) or,
+    # for ``kprobe-tui probe`` as a drop-in for ``perf probe``, perf's (unsigned values as ``x32``,
+    # ``flags_x`` for ``flags:x``, unnamed raw fetch-args named ``argN`` by position, untyped ``$retval``).
+    dialect: str = "kprobe-tui"
+
+    @property
+    def perf_dialect(self) -> bool:
+        return self.dialect == PERF_DIALECT
 
     @property
     def is_return(self) -> bool:
@@ -146,8 +157,13 @@ class ProbeSpec:
         return text
 
 
-def _fail(token: str, why: str, hint: str) -> UserError:
-    return UserError(f"{token!r}: {why}", hint)
+def _fail(token: str, why: str, hint: str, kind: type[UserError] = UserError) -> UserError:
+    return kind(f"{token!r}: {why}", hint)
+
+
+class TypeRefused(UserError):
+    """A fetch-arg type the kernel does not know: well-formed, refused for what it names (perf finds it
+    after parsing the command line, so its exit status differs from a syntax error's)."""
 
 
 def check_text(text: str, what: str) -> str:
@@ -221,7 +237,7 @@ def check_type(type_text: str) -> str:
     base = array["base"] if array else type_text
     if array and not 0 < int(array["count"]) <= 64:
         raise _fail(type_text, "array size must be 1..64", "e.g. :u8[16]")
-    if _INT_TYPE.fullmatch(base) or base in _SCALAR_TYPES:
+    if _INT_TYPE.fullmatch(base) or base in _SCALAR_TYPES or (base in BARE_INT_TYPES and not array):
         return type_text
     bits = _BITFIELD_TYPE.fullmatch(base)
     if bits and not array:
@@ -232,8 +248,23 @@ def check_type(type_text: str) -> str:
     raise _fail(
         type_text,
         "unknown type",
-        "use s8/16/32/64, u8/16/32/64, x8/16/32/64, char, string, ustring, symbol, b<w>@<o>/<c>, or <type>[N]",
+        "use s8/16/32/64, u8/16/32/64, x8/16/32/64 (or s, u, x: the width from the debug info), char, string, "
+        "ustring, symbol, b<w>@<o>/<c>, or <type>[N]",
+        TypeRefused,
     )
+
+
+def sized(wanted: str, natural: str | None) -> str:
+    """A bare ``x``/``u``/``s`` given the width of the value's own type (``natural``: ``s32``, ``u8[4]``,
+    a bitfield's ``b3@1/32``, or None for a register or raw memory, which are 64 bits wide), as perf does.
+    Any other type is kept as written."""
+    if wanted not in BARE_INT_TYPES:
+        return wanted
+    if natural is None:
+        return f"{wanted}64"
+    if natural.startswith("b") or not _INT_TYPE.match(natural):
+        return natural  # a bitfield keeps its bits (perf too); a string or symbol has no width to borrow
+    return wanted + natural[1:]
 
 
 def _parse_number(token: str, text: str) -> int:
@@ -425,9 +456,13 @@ class FetchArg:
     fetch: str
     type: str | None = None
     source: ProbeArg | None = None  # the argument as written, when there is one
+    # Written without NAME= (as perf writes a raw fetch-arg): the kernel names it arg<position>, which
+    # ``name`` is; the event is the same either way, the line is perf's.
+    implicit_name: bool = False
 
     def render(self) -> str:
-        return f"{self.name}={self.fetch}" + (f":{self.type}" if self.type else "")
+        named = "" if self.implicit_name else f"{self.name}="
+        return named + self.fetch + (f":{self.type}" if self.type else "")
 
 
 @dataclass(frozen=True)

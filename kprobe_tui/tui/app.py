@@ -223,11 +223,11 @@ class KprobeTui(App):
 def run_app(args) -> int:
     from kprobe_tui.kernel import sources
 
-    binary = BinaryCatalog(args.exec_binary) if getattr(args, "exec_binary", None) else None
+    binary = BinaryCatalog(args.binary) if getattr(args, "binary", None) else None
     theme, notes = config.choose_theme(args.theme)
     if args.theme is not None:
         notes.append(config.remember("theme", args.theme))
-    app = KprobeTui(sources.from_args(args), binary, vmlinux=args.tui_vmlinux, source_dir=args.tui_source,
+    app = KprobeTui(sources.from_args(args), binary, vmlinux=args.vmlinux, source_dir=args.source_dir,
                     theme=theme, remember_in=config.config_path(), notes=tuple(filter(None, notes)))
     # SIGTERM and SIGHUP end the run through lifetime's undo (probes, the unpacked snapshot): the
     # terminal is one more thing to give back before the process dies of the signal.

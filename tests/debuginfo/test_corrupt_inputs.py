@@ -63,11 +63,13 @@ def cli(*args: str) -> tuple[object, str]:
 
 
 def check(runs: list[tuple[str, tuple[str, ...], Path]]) -> tuple[int, int]:
-    """Every run answered (0) or failed clearly (2, naming the file); returns (answered, refused)."""
+    """Every run answered (0) or failed clearly (2, or perf's statuses for probe, naming the file); returns
+    (answered, refused)."""
     bad, counts = [], {0: 0, 2: 0}
     for name, args, path in runs:
         code, err = cli(*args)
-        clear = code == 2 and str(path) in err and "internal error" not in err and "Traceback" not in err
+        refused = (234, 254) if args[0] == "probe" else (2,)  # kprobe-tui probe exits as perf probe: -EINVAL, -ENOENT
+        clear = code in refused and str(path) in err and "internal error" not in err and "Traceback" not in err
         if code != 0 and not clear:
             bad.append(f"{name}: {' '.join(args)} -> {code}: {err.strip()[:300]}")
         counts[code if code in counts else 2] += 1

@@ -114,17 +114,23 @@ def test_index_is_saved_per_build_id_and_reused(programs, monkeypatch):
     saved = cache_dir() / f"{info.located.build_id}.index.sqlite"
     assert saved.exists()
     reopened = open_debuginfo(binary=binary)
-    monkeypatch.setattr(type(reopened), "_all_defined_functions", lambda self: pytest.fail("index rebuilt"))
+    monkeypatch.setattr(type(reopened), "_scan", lambda self, name: pytest.fail("index rebuilt"))
     monkeypatch.setattr(type(reopened.units.of(reopened.cu(info.index.cus("count_ready")[0]))), "functions",
                         property(lambda self: pytest.fail("unit walked again")))
     assert [d.offset for d in reopened.definitions("count_ready")] == [d.offset for d in info.definitions("count_ready")]
 
 
-def test_inline_only_name_completes_the_index_once(programs):
+def test_inline_only_name_is_found_by_a_scan_of_the_units_once(programs, monkeypatch):
+    """shape_area exists only inlined at -O2: no symbol names it, the units that name it are found once."""
     info = open_debuginfo(binary=str(programs[("O2", 5)]))
-    assert not info.index.complete
+    assert not info.index.cus("shape_area") and not info.index.scanned("shape_area")
     assert info.definitions("shape_area")
-    assert info.index.complete and info.index.cus("shape_area")
+    assert info.index.scanned("shape_area") and info.index.cus("shape_area")
+    reopened = open_debuginfo(binary=str(programs[("O2", 5)]))
+    import kprobe_tui.debuginfo.namescan as namescan
+
+    monkeypatch.setattr(namescan, "units_naming", lambda *a: pytest.fail("scanned again"))
+    assert [d.offset for d in reopened.definitions("shape_area")] == [d.offset for d in info.definitions("shape_area")]
 
 
 @pytest.mark.parametrize(

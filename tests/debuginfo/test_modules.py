@@ -163,7 +163,7 @@ def test_a_name_in_vmlinux_and_in_a_module_is_told_apart(kernel_debug, module_de
     assert our_lines(virtio, "device_show").startswith("<device_show@drivers/virtio/virtio.c:0>")
     [probe] = compile_spec(parse_spec(["device_show", "attr->attr.name:string"], module=str(module_debug.virtio)), "g")
     assert probe.definition() == "p:g/device_show virtio:device_show+0 name=+0(+0(%si)):string"
-    assert perf_command(probe.spec) == f"perf probe -m {module_debug.virtio} -a device_show 'attr->attr.name:string'"
+    assert perf_command(probe.spec) == f"perf probe -m {module_debug.virtio} -a 'device_show attr->attr.name:string'"
 
 
 def test_a_line_probe_in_a_module_reads_a_stack_variable_through_its_relocated_cfi(module_debug):

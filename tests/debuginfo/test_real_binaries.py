@@ -80,6 +80,28 @@ def test_kernel_line_points_ranges_and_externs_equal_perf(perf, kernel_debug):
     assert text == expected.stdout
 
 
+@pytest.mark.vmlinux
+@pytest.mark.perf
+def test_kernel_vars_list_the_copies_in_every_unit_as_perf_does(perf, kernel_debug):
+    """audit_cb is a static function of five files, read_cr3_pa a header's inline with an out-of-line
+    copy: perf lists every unit's (we listed only the first), and so must a seeded random sample."""
+    import random
+
+    vmlinux = str(kernel_debug.vmlinux)
+    info = open_debuginfo(vmlinux=vmlinux)
+    names = sorted({name for name, _ in info.symbols.names() if name.isidentifier()})
+    sample = ["audit_cb", "read_cr3_pa", *random.Random(12).sample(names, 8)]
+    compared = 0
+    for function in sample:
+        expected = perf_probe("-k", vmlinux, "-V", function)
+        if expected.returncode != 0:
+            continue
+        assert vars_text(info, function) == expected.stdout, function
+        compared += 1
+    assert compared >= 8
+    assert vars_text(info, "audit_cb").count("@<audit_cb+0>") == 5
+
+
 def test_vmlinux_tests_skip_with_a_reason_when_asked(monkeypatch):
     from kernel_debug import SKIP_ENV, skip_reason
 

@@ -25,7 +25,7 @@ from kernel_debug import CACHE_DIR, module_debug_files, module_debug_root  # noq
 
 pytestmark = pytest.mark.kernel
 
-GROUP = "kprobe_tui"  # `kprobe-tui probe` makes persistent probes here
+GROUP = "kprobe_tui"  # these tests' `kprobe-tui probe -g GROUP` makes persistent probes here
 RELEASE = os.uname().release
 SOURCE = CACHE_DIR / "linux-source-6.1"
 
@@ -83,7 +83,7 @@ def test_a_line_probe_inside_a_module_reads_what_the_read_returned(debug_tree, o
     output = dry_run.stdout + dry_run.stderr  # refuses an event name that exists in any group
     written = [line.split("Writing event: ", 1)[1] for line in output.splitlines() if "Writing event: " in line]
     assert written, output
-    created = cli("probe", "--json", "-m", "9p", "v9fs_file_read_iter:15", "ret")
+    created = cli("probe", "--json", "-g", GROUP, "-m", "9p", "v9fs_file_read_iter:15", "ret")
     definitions = [line.split('"definition": "', 1)[1].rstrip('",') for line in created.splitlines() if '"definition"' in line]
     # perf names its event probe/..., ours kprobe_tui/...: the places and fetch-args are the same
     assert [d.split(" ", 1)[1] for d in definitions] == [w.split(" ", 1)[1] for w in written]
@@ -104,7 +104,7 @@ def test_a_line_probe_inside_a_module_reads_what_the_read_returned(debug_tree, o
 def test_a_name_in_vmlinux_and_in_a_module_probes_the_modules_only(debug_tree, ours, tracefs):
     """device_show is drivers/pci's (vmlinux) and virtio's: -m virtio probes virtio's, which a read of a PCI
     device's attribute does not reach, and a virtio device's does."""
-    created = cli("probe", "-m", "virtio", "device_show", "attr->attr.name:string")
+    created = cli("probe", "--explain", "-g", GROUP, "-m", "virtio", "device_show", "attr->attr.name:string")
     assert f"p:{GROUP}/device_show virtio:device_show+0 name=+0(+0(%si)):string" in created
     virtio_device = next(Path("/sys/bus/virtio/devices").iterdir()) / "device"
     pci_device = next(Path("/sys/bus/pci/devices").iterdir()) / "device"

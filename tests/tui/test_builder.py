@@ -56,7 +56,7 @@ def prog() -> Path:
 def app_for(binary: Path) -> KprobeTui:
     """The app as ``kprobe-tui -x BINARY`` builds it (cli.main -> run_app)."""
     args = build_parser().parse_args(["-x", str(binary)])
-    return KprobeTui(locate(), BinaryCatalog(args.exec_binary))
+    return KprobeTui(locate(), BinaryCatalog(args.binary))
 
 
 async def open_builder(pilot, function: str) -> ProbeBuilderScreen:

@@ -113,7 +113,7 @@ async def test_filter_source_click_build_create_see_values_back_delete_quit(prog
     before = uprobes_on(tracefs_root, prog)
     group = lifetime.run_name()
     args = build_parser().parse_args(["-x", str(prog)])
-    app = KprobeTui(locate(), BinaryCatalog(args.exec_binary))
+    app = KprobeTui(locate(), BinaryCatalog(args.binary))
     try:
         async with app.run_test(size=(120, 36)) as pilot:
             functions_screen = app.screen

@@ -13,7 +13,7 @@ def test_kernel_entry_probe_in_all_three_forms():
     assert probe.definition() == "p:kprobe_tui/tcp_sendmsg tcp_sendmsg+0 size=%dx:u64 comm=$comm"
     assert probe.control_file == "kprobe_events"
     assert perf_command(spec, probe.group, probe.event) == (
-        "perf probe -a kprobe_tui:tcp_sendmsg=tcp_sendmsg size=%dx:u64 '$comm'"
+        "perf probe -a 'kprobe_tui:tcp_sendmsg=tcp_sendmsg size=%dx:u64 $comm'"
     )
     assert bpftrace_oneliner(spec, probe, exclude_pid=77) == (
         "bpftrace -e 'kprobe:tcp_sendmsg /(reg(\"dx\") > 100) && pid != 77/ "
@@ -62,7 +62,20 @@ def _default(arg):
 
 def test_perf_command_for_uprobes_quotes_for_the_shell():
     spec = parse_spec(["main;x = *", "x"], binary="/opt/it's/prog")
-    assert perf_command(spec) == "perf probe -x '/opt/it'\"'\"'s/prog' -a 'main;x = *' x"
+    assert perf_command(spec) == "perf probe -x '/opt/it'\"'\"'s/prog' -a 'main;x=* x'"
+
+
+def test_perf_command_gives_perf_the_probe_as_one_word():
+    """perf reads -a's value as the whole probe and any word after the options as another: the probe and
+    its arguments are one word, and perf's command line (perfprobe/args.py) reads back the same definition."""
+    import shlex
+
+    from kprobe_tui.perfprobe.args import parse
+
+    spec = parse_spec(["do_sys_openat2", "filename=+0(%si):string", "flags:x"], group="probe")
+    words = shlex.split(perf_command(spec, "probe", "open"))
+    command = parse(words[2:])
+    assert [d.words for d in command.definitions] == [("probe:open=do_sys_openat2", "filename=+0(%si):string", "flags:x")]
 
 
 def test_bpftrace_reads_parameters_at_kernel_function_exit_through_fexit():
@@ -72,3 +85,35 @@ def test_bpftrace_reads_parameters_at_kernel_function_exit_through_fexit():
     assert "cannot read" not in line
     user = parse_spec(["work%return", "n", "$retval"], binary="/bin/true")
     assert bpftrace_oneliner(user).endswith("# bpftrace cannot read: n")  # uretprobes have no args
+
+
+def _perf(words: list[str]):
+    from dataclasses import replace
+
+    return replace(parse_spec(words), dialect="perf")
+
+
+def test_perf_dialect_names_events_as_perf_probe_does():
+    """probe_trace_event__set_name / get_new_event_name: cut at the first '.' or '@', _L only for FUNC:LINE."""
+    assert default_event_name(_perf(["foo.isra.0"])) == "foo"
+    assert default_event_name(_perf(["main:12"])) == "main_L12"
+    assert default_event_name(_perf(["main+8"])) == "main"
+    assert default_event_name(_perf(["main;x = *"])) == "main"
+    assert default_event_name(_perf(["tcp_recvmsg%return"])) == "tcp_recvmsg__return"
+    assert default_event_name(_perf(["prog.c:12"]), function="work") == "work"
+    assert default_event_name(_perf(["0x1129"])) == "abs_1129"
+    assert default_event_name(_perf(["ev=main"])) == "ev"
+
+
+def test_perf_dialect_names_and_types_arguments_as_perf_probe_does():
+    """perf names a C variable by its spelling (``flags:x`` -> flags_x) or its last member; raw fetch-args are
+    written unnamed (the kernel calls them argN), untyped $retval stays untyped."""
+    spec = _perf(["do_sys_openat2%return", "$retval", "fd=%ax:s32", "+0(%si):string", "%di"])
+    probe = compile_raw(spec, "probe")
+    assert probe.definition() == "r:probe/do_sys_openat2__return do_sys_openat2+0 $retval fd=%ax:s32 +0(%si):string %di"
+    assert [a.name for a in probe.args] == ["arg1", "fd", "arg3", "arg4"]
+    typed = compile_raw(_perf(["do_sys_openat2%return", "$retval:x"]), "probe")
+    assert typed.definition().endswith(" $retval:x64")  # a register is 64 bits wide
+    args = [parse_arg(t) for t in ("flags:x", "sk->sk_state", "rec->scores[2]", "buf[1]")]
+    names = [f.name for f in name_fetch_args(((a, *_default(a), None) for a in args), perf=True)]
+    assert names == ["flags_x", "sk_state", "scores", "buf"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kprobe_tui.errors import UserError
-from kprobe_tui.probes.spec import AccessStep, check_type, parse_arg, parse_spec
+from kprobe_tui.probes.spec import AccessStep, check_type, parse_arg, parse_spec, sized
 
 
 def test_full_perf_syntax_with_group_event_and_member_paths():
@@ -65,9 +65,26 @@ def test_argument_kinds(text, kind, extra):
         assert getattr(arg, name) == value
 
 
-@pytest.mark.parametrize("type_", ["u8", "s64", "x32", "string", "ustring", "symbol", "char", "b3@5/32", "u8[16]", "%pd"])
+@pytest.mark.parametrize("type_", ["u8", "s64", "x32", "string", "ustring", "symbol", "char", "b3@5/32", "u8[16]", "%pd",
+                                   "x", "u", "s"])
 def test_kernel_types_accepted(type_):
     assert check_type(type_) == type_
+
+
+@pytest.mark.parametrize("wanted, natural, result", [
+    ("x", "s32", "x32"), ("u", "x64", "u64"), ("s", "u8", "s8"), ("x", "u16[4]", "x16[4]"),
+    ("x", None, "x64"),  # a register or raw memory: 64 bits
+    ("x", "b3@1/32", "b3@1/32"),  # a bitfield keeps its bits, as in perf
+    ("u32", "s8", "u32"),  # a type with its width is kept
+])
+def test_a_bare_type_takes_the_width_of_the_value(wanted, natural, result):
+    """perf's `flags:x` (the lab's `tcp_recvmsg sk flags:x`): x, u and s with no width take it from the debug info."""
+    assert sized(wanted, natural) == result
+
+
+def test_perf_lab_arguments_parse_with_bare_types():
+    spec = parse_spec(["tcp_recvmsg_sk_flags=tcp_recvmsg", "sk", "flags:x"])
+    assert spec.event == "tcp_recvmsg_sk_flags" and [(a.var, a.type) for a in spec.args] == [("sk", None), ("flags", "x")]
 
 
 @pytest.mark.parametrize(
