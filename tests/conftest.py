@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import pwd
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -15,6 +19,18 @@ from kprobe_tui.kernel.sources import locate
 blocking.checking = True
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@contextmanager
+def system_user(name: str) -> Iterator[tuple[int, int]]:
+    """A throw-away system user (no home, no shell) for the duration; its (uid, gid)."""
+    subprocess.run(["userdel", name], check=False, capture_output=True)  # left by a killed run
+    subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True)
+    try:
+        entry = pwd.getpwnam(name)
+        yield entry.pw_uid, entry.pw_gid
+    finally:
+        subprocess.run(["userdel", name], check=True)
 
 
 def _live_tracefs() -> Path | None:

@@ -11,7 +11,6 @@ import asyncio
 import ctypes
 import json
 import os
-import pwd
 import shutil
 import subprocess
 import traceback
@@ -24,6 +23,7 @@ from kprobe_tui.kernel.sources import KernelSources, locate
 from kprobe_tui.kernel.tracefs import Tracefs
 from kprobe_tui.probes.binary import BinaryCatalog
 from kprobe_tui.probes.symbols import ElfSymbols
+from tests.conftest import system_user
 
 pytestmark = pytest.mark.live
 
@@ -36,13 +36,8 @@ CAP_DAC_READ_SEARCH = 2
 @pytest.fixture(scope="module")
 def lab_user():
     """A throw-away system user (removed afterwards); (uid, gid)."""
-    subprocess.run(["userdel", USER], check=False, capture_output=True)  # left by a killed run
-    subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER], check=True)
-    try:
-        entry = pwd.getpwnam(USER)
-        yield entry.pw_uid, entry.pw_gid
-    finally:
-        subprocess.run(["userdel", USER], check=True)
+    with system_user(USER) as ids:
+        yield ids
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import pwd
 import shutil
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import pytest
 from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.sources import locate
 from kprobe_tui.probes.binary import BinaryCatalog
+from tests.conftest import system_user
 
 from test_lab_mode import as_user
 
@@ -32,13 +32,8 @@ PROJECT = Path(__file__).parents[2]
 
 @pytest.fixture(scope="module")
 def user():
-    subprocess.run(["userdel", USER], check=False, capture_output=True)  # left by a killed run
-    subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER], check=True)
-    try:
-        entry = pwd.getpwnam(USER)
-        yield entry.pw_uid, entry.pw_gid
-    finally:
-        subprocess.run(["userdel", USER], check=True)
+    with system_user(USER) as ids:
+        yield ids
 
 
 @pytest.fixture(scope="module")

@@ -65,12 +65,12 @@ def expected(binary: Path, calls: int) -> list[dict]:
     return rows
 
 
-def start_tail(tracefs_root: Path, *args: str) -> subprocess.Popen:
-    """``kprobe-tui tail`` in a child; returns once its instance records ``GROUP/hit``."""
-    child = subprocess.Popen([sys.executable, "-m", "kprobe_tui", "tail", f"{GROUP}/hit", *args],
+def start_tail(tracefs_root: Path, *args: str, event: str = f"{GROUP}/hit") -> subprocess.Popen:
+    """``kprobe-tui tail EVENT ARGS`` in a child; returns once its instance records ``event``."""
+    child = subprocess.Popen([sys.executable, "-m", "kprobe_tui", "tail", event, *args],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     TAIL_PIDS.append(child.pid)
-    enable = tracefs_root / f"instances/kptui_{child.pid}/events/{GROUP}/hit/enable"
+    enable = tracefs_root / f"instances/kptui_{child.pid}/events/{event}/enable"
     for _ in range(200):
         if enable.exists() and enable.read_text().strip() == "1":
             return child

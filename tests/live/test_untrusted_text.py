@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from kprobe_tui.kernel.tracefs import Tracefs
 from kprobe_tui.probes.symbols import ElfSymbols
 from kprobe_tui.textsafe import printable
 from tests.live.hostile import ESCAPES, FORBIDDEN, MARKUP, RENAMED, SAID, build_hostile
+from tests.live.test_tail import start_tail
 
 GROUP = "kpthostile"
 FETCH = "s=+0(%di):string n=%si:s32"
@@ -47,17 +47,7 @@ def hostile(tracefs_root, tmp_path):
 
 
 def tail(tracefs_root: Path, *args: str) -> subprocess.Popen:
-    child = subprocess.Popen([sys.executable, "-m", "kprobe_tui", "tail", f"{GROUP}/shout", "--duration", "3", *args],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    enable = tracefs_root / f"instances/kptui_{child.pid}/events/{GROUP}/shout/enable"
-    for _ in range(200):
-        if enable.exists() and enable.read_text().strip() == "1":
-            return child
-        if child.poll() is not None:
-            pytest.fail(f"tail exited early: {child.stderr.read()}")
-        time.sleep(0.05)
-    child.kill()
-    pytest.fail("tail never enabled its event")
+    return start_tail(tracefs_root, "--duration", "3", *args, event=f"{GROUP}/shout")
 
 
 @pytest.mark.live

@@ -37,6 +37,7 @@ from kprobe_tui.tui.screens.events import EventsScreen
 from kprobe_tui.tui.widgets.function_list import FunctionList
 from kprobe_tui.tui.widgets.probe_preview import ProbePreview
 from kprobe_tui.tui.widgets.variable_tree import VariableTree
+from tests.tui.states import until
 from tests.tui.uprobes import uprobes_on
 
 C_PROGRAM = Path(__file__).parent / "c" / "builder_prog.c"
@@ -303,15 +304,6 @@ async def test_p_on_a_kernel_function_builds_a_kprobe_from_btf():
 
 
 # --- the variables tree, type overrides, copy, completion, inline errors, lab mode ---------------
-
-
-async def until(pilot, condition, what: str) -> None:
-    """Pause until ``condition()`` holds (members load off-thread when a node is expanded)."""
-    for _ in range(200):
-        if condition():
-            return
-        await pilot.pause(0.02)
-    raise AssertionError(f"never happened: {what}")
 
 
 def row(tree: VariableTree, expression: str):

@@ -28,6 +28,7 @@ from kprobe_tui.tui.screens.source import SourceScreen
 from kprobe_tui.tui.widgets.function_list import FunctionList
 from kprobe_tui.tui.widgets.source_view import SourceView
 from kprobe_tui.tui.widgets.variable_tree import VariableTree
+from tests.tui.states import until
 from tests.tui.uprobes import uprobes_on
 
 PROGRAM = r"""
@@ -84,15 +85,6 @@ def leftovers(root: Path, group: str) -> list[str]:
     found += [name for name in (root / "instances").iterdir() if name.name == group] if (root / "instances").exists() else []
     found += [str(p) for p in (root / "events").glob(f"{group}/*/enable") if p.read_text().strip() != "0"]
     return found
-
-
-async def until(pilot, condition, what: str, tries: int = 200) -> None:
-    """Let the app run until ``condition()`` holds (workers, the reader thread), or fail saying what."""
-    for _ in range(tries):
-        if condition():
-            return
-        await pilot.pause(0.05)
-    raise AssertionError(f"never happened: {what}")
 
 
 async def move_to(pilot, tree: VariableTree, expression: str) -> None:

@@ -29,6 +29,7 @@ from kprobe_tui.tui.widgets.function_list import FunctionList
 from kprobe_tui.tui.widgets.stats_table import StatsTable
 from tests.aggregate_cli import LEN_VALUES, build, expected_len_buckets, run_workload
 from tests.live.test_aggregate import leftovers
+from tests.tui.states import until
 
 pytestmark = pytest.mark.live
 
@@ -60,14 +61,6 @@ def work_probe(program, tracefs_root, clean):
         for event in events.list():
             if event.group == ADMIN:
                 events.delete(event)
-
-
-async def until(pilot, condition, what: str, rounds: int = 400) -> None:
-    for _ in range(rounds):
-        if condition():
-            return
-        await pilot.pause(0.05)
-    raise AssertionError(f"never happened: {what}")
 
 
 async def running(pilot) -> StatsScreen:

@@ -31,6 +31,7 @@ from kprobe_tui.tui.widgets.event_table import EventTable
 from kprobe_tui.tui.widgets.function_list import FunctionList
 from kprobe_tui.tui.widgets.source_view import SourceView
 from tests.live.hostile import ESCAPES, FORBIDDEN, MARKUP, RENAMED, build_hostile
+from tests.tui.states import until
 
 SNAPSHOT_61 = Path(__file__).parents[1] / "fixtures" / "snapshots" / "debian-6.1.tar.gz"
 GROUP = "kpthostiletui"
@@ -46,14 +47,6 @@ def assert_terminal_safe(app) -> str:
     leaked = [seq for seq in FORBIDDEN if seq in written]
     assert not leaked, f"{leaked} would reach the terminal"
     return written
-
-
-async def until(pilot, condition, what: str, tries: int = 300) -> None:
-    for _ in range(tries):
-        if condition():
-            return
-        await pilot.pause(0.05)
-    raise AssertionError(f"never happened: {what}")
 
 
 @pytest.fixture(scope="module")
