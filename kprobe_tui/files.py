@@ -10,6 +10,7 @@ swapped in meanwhile cannot block the open) and fstat'ed again on the descriptor
 from __future__ import annotations
 
 import errno
+import io
 import os
 import stat
 from collections.abc import Callable
@@ -36,7 +37,7 @@ def _refuse(what: str, path, problem: str, hint: str = "") -> UserError:
     return UserError(f"{what} {path}: {problem}", hint or f"give the path of a regular file as the {what}")
 
 
-def open_regular(path: str | Path, what: str) -> BinaryIO:
+def open_regular(path: str | Path, what: str) -> io.BufferedReader:
     """``path`` opened for binary reading; a UserError naming ``what`` (e.g. "--kallsyms file") when it
     is missing, unreadable, or not a regular file."""
     try:

@@ -124,7 +124,7 @@ def _entry_parser(keys: tuple[HistKey, ...], strings: frozenset[str]):
         if match is None:
             return None
         groups = match.groupdict()
-        key = []
+        key: list[tuple[str, int] | int | str] = []
         for index in range(len(keys)):
             if groups.get(f"comm_{index}") is not None:
                 key.append((groups[f"comm_{index}"].rstrip(), int(groups[f"pid_{index}"])))

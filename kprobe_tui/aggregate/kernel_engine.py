@@ -132,19 +132,19 @@ class KernelHistEngine(_InstanceOwner):
         self._latency = plan
         for trigger in plan.downstream():
             self.add(trigger)
-        self._add_trackers()
+        self._add_trackers(plan)
         for trigger in plan.upstream():
             self.add(trigger)
 
-    def _add_trackers(self) -> None:
-        self._trackers += [(tracker, self.add(tracker)) for tracker in self._latency.trackers(self._generation)]
+    def _add_trackers(self, plan: LatencyTriggers) -> None:
+        self._trackers += [(tracker, self.add(tracker)) for tracker in plan.trackers(self._generation)]
         self._generation += 1
 
     # -- reading ---------------------------------------------------------------------------------
 
     def collect(self) -> Tally:
         if self._latency is not None:
-            return self._collect_latency()
+            return self._collect_latency(self._latency)
         tally = Tally()
         for target in self.targets:
             table = self._table(target.group, target.event, self._tables[target.event], self._strings[target.event])
@@ -180,7 +180,7 @@ class KernelHistEngine(_InstanceOwner):
     def _add(self, tally: Tally, values: dict, target: Target, kernel_key: tuple, hits: int, layout: dict) -> None:
         """One table entry's new hits, as a model key (and, for a histogram, a value into ``values``)."""
         parts = iter(kernel_key)
-        key = []
+        key: list[object] = []
         for field in self.aggregation.keys:
             if field.name == "probe":
                 key.append(target.label)
@@ -194,16 +194,15 @@ class KernelHistEngine(_InstanceOwner):
                 argument = self.arguments.get(field.name, field.name)
                 key.append(_number(raw, layout.get(argument)) if isinstance(raw, int) else raw)
         if self.aggregation.kind == "hist":
-            value = _number(next(parts), layout.get(self.arguments[self.aggregation.value.name]))
+            value = _number(next(parts), layout.get(self.arguments[self.aggregation.histogram_value.name]))
             values.setdefault(tuple(key), Counter())[value] += hits
         else:
             tally.count(tuple(key), hits)
 
-    def _collect_latency(self) -> Tally:
-        plan = self._latency
+    def _collect_latency(self, plan: LatencyTriggers) -> Tally:
         old = self._trackers
         self._trackers = []
-        self._add_trackers()  # the next interval's first: between the two, no return goes unseen
+        self._add_trackers(plan)  # the next interval's first: between the two, no return goes unseen
         tables = parse_hist(self.triggers.hist("synthetic", plan.synthetic.name), frozenset({SYNTHETIC_COMM}))
         table = self._table("synthetic", plan.synthetic.name, plan.table, tables=tables)
         tally = Tally()

@@ -175,10 +175,11 @@ class Aggregation:
             raise UserError(f"{len(self.keys)} keys: at most {MAX_KEYS}", "the kernel's hist tables take up to 3 keys")
         if len({key.label for key in self.keys}) != len(self.keys):
             raise UserError("a key is named twice", "name each --by key once")
-        if self.kind == "hist" and self.value is None:
-            raise ValueError("a histogram needs a value")
-        if self.kind == "hist" and self.value.is_header:
-            raise UserError(f"{self.value.name!r}: not a numeric argument", "histograms are of captured values, e.g. len")
+        if self.kind == "hist":
+            if self.value is None:
+                raise ValueError("a histogram needs a value")
+            if self.value.is_header:
+                raise UserError(f"{self.value.name!r}: not a numeric argument", "histograms are of captured values, e.g. len")
         if self.kind == "latency" and self.unit not in UNITS:
             raise UserError(f"--unit {self.unit}: one of {', '.join(UNITS)}")
         if self.kind == "latency" and any(key.name not in ("comm", "pid") for key in self.keys):
@@ -187,6 +188,20 @@ class Aggregation:
             raise UserError(f"--top {self.top}: must be at least 1")
         if self.kind != "count" and self.buckets is None:
             object.__setattr__(self, "buckets", Log2())
+
+    @property
+    def histogram_value(self) -> Field:
+        """The captured argument a hist is of (``__post_init__`` refuses a hist without one)."""
+        if self.value is None:
+            raise ValueError(f"a {self.kind} aggregation has no value")
+        return self.value
+
+    @property
+    def bucket_scheme(self) -> Log2 | Linear:
+        """The buckets of a hist or a latency (``__post_init__`` gives them Log2 when none was asked for)."""
+        if self.buckets is None:
+            raise ValueError(f"a {self.kind} aggregation has no buckets")
+        return self.buckets
 
     @property
     def has_value(self) -> bool:

@@ -34,7 +34,7 @@ class Stats:
         return self.sum / self.count if self.sum is not None and self.count else None
 
     def to_json(self, with_value: bool) -> dict:
-        record = {"count": self.count}
+        record: dict[str, int | float | None] = {"count": self.count}
         if with_value:
             record.update({"sum": self.sum, "min": self.min, "max": self.max, "avg": self.avg})
         return record
@@ -111,7 +111,7 @@ def _stats(cell: Cell, with_value: bool) -> Stats:
 
 def _bucket_counts(aggregation: Aggregation, cells: list[Cell]) -> dict[int, int]:
     counts: dict[int, int] = {}
-    index = aggregation.buckets.index
+    index = aggregation.bucket_scheme.index
     for cell in cells:
         for value, hits in (cell.values or {}).items():
             at = index(value)
@@ -126,7 +126,7 @@ def _buckets(aggregation: Aggregation, cells: list[Cell]) -> tuple[Bucket, ...]:
     counts = {at: hits for at, hits in _bucket_counts(aggregation, cells).items() if hits}
     if not counts:
         return ()
-    scheme = aggregation.buckets
+    scheme = aggregation.bucket_scheme
     return tuple(Bucket(*scheme.bounds(at), counts.get(at, 0)) for at in scheme.indices(min(counts), max(counts)))
 
 

@@ -41,6 +41,9 @@ class Sample:
         return self.interval.count / self.interval.seconds if self.interval.seconds > 0 else 0.0
 
 
+Engine = KernelHistEngine | ProfileEngine | UserEngine
+
+
 class AggregationRun:
     def __init__(self, top: Tracefs, aggregation: Aggregation, targets: Targets, filter_text: str = "",
                  engine: str = "auto", offer: KernelOffer | None = None) -> None:
@@ -53,7 +56,7 @@ class AggregationRun:
         self.requested = engine
         self.offer = offer or detect(top)
         self.choice: Choice | None = None
-        self.engine = None
+        self.engine: Engine | None = None
         self.rates: deque[float] = deque(maxlen=RATE_HISTORY)
         self._events = Events(top)
         self._created: list[DynamicEvent] = []
@@ -70,27 +73,27 @@ class AggregationRun:
         """Create the probes, choose the engine (saying why) and start it; on failure nothing is left."""
         try:
             self._create_probes()
-            self.choice = self._choose()
-            self.engine = self._engine(self.choice)
+            self.choice = choice = self._choose()
+            self.engine = engine = self._engine(choice)
             try:
-                self.engine.start()
+                engine.start()
             except KernelRefused as refused:
                 # What README and the files promise, a kernel may still refuse (a synthetic event's string
                 # field on an old kernel, a config without something): then auto falls back, saying why.
-                self.engine.stop()
-                if self.requested != "auto" or self.choice.engine != "kernel":
+                engine.stop()
+                if self.requested != "auto" or choice.engine != "kernel":
                     raise
                 why = refused.log.message if refused.log else refused.message
-                self.choice = Choice("user", "stream", f"the kernel refused a trigger ({why}): events are read "
-                                                       "from our trace instance and aggregated here")
-                self.engine = self._engine(self.choice)
-                self.engine.start()
+                self.choice = choice = Choice("user", "stream", f"the kernel refused a trigger ({why}): events are "
+                                                                "read from our trace instance and aggregated here")
+                self.engine = engine = self._engine(choice)
+                engine.start()
         except BaseException:
             self._remove_probes()
             raise
         self._started = self._last = time.time()
         self._running = True
-        return self.choice
+        return choice
 
     def _create_probes(self) -> None:
         kept = []
@@ -138,7 +141,7 @@ class AggregationRun:
         return choose(self.requested, self.aggregation, offer, profile_only=profile_only,
                       uprobes=True in kinds, filter_refusal=self._plan_filter())
 
-    def _engine(self, choice: Choice):
+    def _engine(self, choice: Choice) -> Engine:
         items, arguments = self.targets.items, self.targets.arguments
         if choice.method == "profile":
             return ProfileEngine(self.top, self.aggregation, items)
@@ -161,23 +164,29 @@ class AggregationRun:
                 raise RuntimeError("sample() before start() or after stop()")
             return self._sample()
 
+    def _running_engine(self) -> tuple[Choice, Engine]:
+        """What start() chose: sample() and stop() ask only while _running, which start() sets after both."""
+        assert self.choice is not None and self.engine is not None, "a running aggregation has its engine"
+        return self.choice, self.engine
+
     def _sample(self) -> Sample:
-        tally = self.engine.collect()
-        tally.lost += self._missed()
+        choice, engine = self._running_engine()
+        tally = engine.collect()
+        tally.lost += self._missed(choice)
         now = time.time()
-        interval = summarize(self.aggregation, tally, self.engine.name, self._last, now)
+        interval = summarize(self.aggregation, tally, engine.name, self._last, now)
         self._total.merge(tally)
-        total = summarize(self.aggregation, self._total, self.engine.name, self._started, now)
+        total = summarize(self.aggregation, self._total, engine.name, self._started, now)
         self._last = now
         sample = Sample(interval, total)
         self.rates.append(sample.rate)
         return sample
 
-    def _missed(self) -> int:
+    def _missed(self, choice: Choice) -> int:
         """Hits of our kprobes the kernel missed since the last sample (kprobe_profile's third column: a
         kretprobe with every slot taken, a probe hit inside another probe's handler)."""
         kprobes = [f"{t.group}/{t.event}" for t in self.targets.items if not t.probe.spec.is_uprobe]
-        if not kprobes or self.choice.method == "profile":  # the profile engine counts its own
+        if not kprobes or choice.method == "profile":  # the profile engine counts its own
             return 0
         hits = read_hits(self.top)
         missed = sum(hits[name].misses or 0 for name in kprobes if name in hits)
@@ -190,13 +199,14 @@ class AggregationRun:
         with self._lock:
             final = None
             if self._running:
+                _, engine = self._running_engine()
                 self._running = False
                 try:
-                    self.engine.drain()
+                    engine.drain()
                     final = self._sample()
                 finally:
                     try:
-                        self.engine.stop()
+                        engine.stop()
                     finally:
                         self._remove_probes()
             return final

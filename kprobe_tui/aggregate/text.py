@@ -31,6 +31,7 @@ def power_label(value: int) -> str:
 def bucket_label(bucket: Bucket, linear: bool) -> str:
     number = str if linear else power_label
     if bucket.low is None:
+        assert bucket.high is not None, "no bucket is open at both ends (Log2.bounds, Linear.bounds)"
         return f"(..., {number(bucket.high)})"
     if bucket.high is None:
         return f"[{number(bucket.low)}, ...)"

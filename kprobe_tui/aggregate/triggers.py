@@ -127,7 +127,7 @@ def table_trigger(aggregation: Aggregation, group: str, event: str, arguments: d
     """Counts (per key) or the exact distribution of the value (per key) on a probe event.
 
     ``arguments``: model field name -> the captured argument's name in the event."""
-    extra = (arguments[aggregation.value.name],) if aggregation.kind == "hist" else ()
+    extra = (arguments[aggregation.histogram_value.name],) if aggregation.kind == "hist" else ()
     return Trigger(group, event, _table_keys(aggregation, arguments, extra), filter=condition, size=TABLE_SIZE)
 
 
@@ -169,7 +169,8 @@ def latency_triggers(aggregation: Aggregation, entry: tuple[str, str], ret: tupl
     divisor = _UNIT_DIVISOR[aggregation.unit]
     now = "common_timestamp" if divisor == 1 else f"common_timestamp/{divisor}"
     ts, lat, lat1, nlat = f"ts{tag}", f"lt{tag}", f"lb{tag}", f"ln{tag}"
-    fields, params = LATENCY_FIELDS, f"${lat},${lat1},${nlat}"
+    fields: tuple[tuple[str, str], ...] = LATENCY_FIELDS
+    params = f"${lat},${lat1},${nlat}"
     if comm_field:
         fields, params = fields + (("char", "comm[]"),), f"{params},{comm_field}"
     synthetic = SyntheticEvent(synthetic_name, fields)

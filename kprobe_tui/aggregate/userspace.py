@@ -121,7 +121,7 @@ class StreamAggregator:
         self.keys = [key.name for key in aggregation.keys]
         columns = list(self.keys)
         if aggregation.kind == "hist":
-            columns.append(aggregation.value.name)
+            columns.append(aggregation.histogram_value.name)
         self.columns = columns
         self._patterns = {name: re.compile(re.escape(arguments[name].encode()) + b"=" + _NUMBER)
                           for name in columns if name in arguments and name != "comm"}
@@ -199,7 +199,7 @@ class StreamAggregator:
             self._unmatched += unmatched
 
     def _event_key(self, event: Event, role: EventRole) -> tuple | None:
-        key = []
+        key: list[object] = []
         args = None
         for name in self.columns:
             if name == "comm" and "comm" not in self.arguments:
@@ -357,7 +357,7 @@ class StreamAggregator:
 
     def _add_values(self, groups: dict, numbers: Callable[[list], list[int]], unmatched: int = 0) -> None:
         """Each key's values (as ``numbers`` makes them) bucketed, summed and bounded, into its cell."""
-        buckets = self.aggregation.buckets
+        buckets = self.aggregation.bucket_scheme
         done = []
         for key, values in groups.items():
             values = numbers(values)
@@ -407,7 +407,7 @@ class StreamAggregator:
 
     def _key_converter(self) -> Callable[[tuple], tuple | None]:
         """Turns the key columns of a fast-path row (bytes) into the tuple of values the general path makes."""
-        parts = []
+        parts: list[Callable[[bytes], object]] = []
         for name in self.keys:
             if name == "comm":
                 captured = "comm" in self._patterns  # else the header's, padded to 16
@@ -417,7 +417,11 @@ class StreamAggregator:
                 parts.append(int)
             elif name == "probe":
                 labels = {role.event.encode(): role.label for role in self.roles.values()}
-                parts.append(lambda raw, labels=labels: labels.get(raw, raw.decode()))
+
+                def probe_label(raw: bytes, labels: dict[bytes, str] = labels) -> str:
+                    return labels.get(raw, raw.decode())
+
+                parts.append(probe_label)
             else:
                 parts.append(_number)
 

@@ -59,7 +59,8 @@ def open_dwarf(path: Path, supplementary: Path | None = None) -> tuple[Any, ELFF
         debug_rnglists_sec=descriptors[".debug_rnglists"], debug_sup_sec=descriptors[".debug_sup"],
         gnu_debugaltlink_sec=descriptors[".gnu_debugaltlink"], debug_types_sec=descriptors[".debug_types"],
     )
-    dwarf.sections = sections  # the layout of a relocatable file: symbols and CFI need it too
+    # the layout of a relocatable file: symbols and CFI need it too (scope.py reads it back with getattr)
+    dwarf.sections = sections  # type: ignore[attr-defined]  # an attribute of ours on pyelftools' DWARFInfo
     install_fast_abbrev_tables(dwarf)
     if supplementary is not None:
         dwarf.supplementary_dwarfinfo = open_dwarf(supplementary)[2]
@@ -83,7 +84,8 @@ def install_fast_abbrev_tables(dwarf: DWARFInfo) -> None:
     section = dwarf.debug_abbrev_sec
     if section is None:
         return
-    data = section.stream.getvalue()
+    # our descriptors' streams (a MappedStream, or BytesIO for an inflated section) hold the whole section
+    data = section.stream.getvalue()  # type: ignore[attr-defined]  # pyelftools names the stream IO[bytes]
     original = dwarf.get_abbrev_table
 
     def get_abbrev_table(offset: int) -> AbbrevTable:
@@ -96,8 +98,9 @@ def install_fast_abbrev_tables(dwarf: DWARFInfo) -> None:
         dwarf._abbrevtable_cache[offset] = table
         return table
 
-    get_abbrev_table.__wrapped__ = original
-    dwarf.get_abbrev_table = get_abbrev_table
+    # pyelftools' method replaced by ours on this one DWARFInfo, the original kept beside it as functools does
+    get_abbrev_table.__wrapped__ = original  # type: ignore[attr-defined]  # a function attribute
+    dwarf.get_abbrev_table = get_abbrev_table  # type: ignore[method-assign]  # patched for speed (see docstring)
 
 
 def _parse_abbrevs(data: bytes, pos: int) -> dict[int, AbbrevDecl]:
@@ -122,7 +125,8 @@ def _parse_abbrevs(data: bytes, pos: int) -> dict[int, AbbrevDecl]:
             if form == 0x21:  # DW_FORM_implicit_const
                 value, pos = sleb128(data, pos)
             specs.append(_AttrSpec(ats.get(name, name), forms.get(form, form), value))
-        table[code] = AbbrevDecl(code, {
+        # a plain dict answers AbbrevDecl's lookups by key as construct's Container does, without its cost
+        table[code] = AbbrevDecl(code, {  # type: ignore[arg-type]
             "tag": tags.get(tag, tag),
             "children_flag": "DW_CHILDREN_yes" if children else "DW_CHILDREN_no",
             "attr_spec": specs,

@@ -222,7 +222,8 @@ def find_line_range(info, spec: LineSpec) -> LineRange:
 
 def _find_line_range(info, spec: LineSpec) -> LineRange:
     if spec.function is None:
-        return _file_range(info, spec)
+        assert spec.file is not None, "LineSpec.parse gives a file whenever it gives no function"
+        return _file_range(info, spec, spec.file)
     definitions = info.definitions(spec.function, spec.file)
     if not definitions:
         raise UserError(f"function {spec.function!r} not found in the debug info of {info.located.debug_file}",
@@ -250,10 +251,10 @@ def _find_line_range(info, spec: LineSpec) -> LineRange:
                     "probe a caller instead, or rebuild with less optimisation")
 
 
-def _file_range(info, spec: LineSpec) -> LineRange:
+def _file_range(info, spec: LineSpec, file: str) -> LineRange:
     for cu in info.dwarf.iter_CUs():
         unit = info.units.of(cu)
-        fname = next((f for f in unit.files if f and dw.strtailcmp(spec.file, f)), None)
+        fname = next((f for f in unit.files if f and dw.strtailcmp(file, f)), None)
         if fname is None:
             continue
         result = LineRange(spec, None, cu.cu_offset, unit.comp_dir, 0, spec.start, spec.end, info=info)
@@ -286,14 +287,17 @@ def source_lines(data: bytes) -> list[str]:
 def source_text(info, found: LineRange, debuginfod=None) -> SourceText:
     """Read the source of a line range as perf resolves it (comp_dir, -s prefix), else from debuginfod
     (``debuginfod``: the caller's client, with its progress and cancel; None: the one ``info`` was opened with)."""
-    source = source_path(found.path, found.comp_dir, info.source_dir)
+    # find_line_range returns a range only once it holds a line, and the first line found names its file
+    assert found.path is not None, "a LineRange with lines has a path"
+    dwarf_path = found.path
+    source = source_path(dwarf_path, found.comp_dir, info.source_dir)
     notes = []
     if found.from_inlined:
         notes.append(f"{found.spec.function} has no out-of-line copy perf can list: "
                      "these are the lines of its inlined copies")
     remote = None
-    if source is None and info.source_dir is None and found.path:
-        source, remote = _fetch_source(info, found, debuginfod or info.debuginfod)
+    if source is None and info.source_dir is None and dwarf_path:
+        source, remote = _fetch_source(info, dwarf_path, found.comp_dir, debuginfod or info.debuginfod)
     lines = None
     if source is not None:
         try:
@@ -302,17 +306,17 @@ def source_text(info, found: LineRange, debuginfod=None) -> SourceText:
             notes.append(exc.message)
     if lines is None:
         why = f"; {remote}" if remote else ""
-        notes.append(f"source text not found for {found.path} (pass -s DIR with the source tree{why})")
-    return SourceText(source or found.path, lines, "; ".join(notes) or None)
+        notes.append(f"source text not found for {dwarf_path} (pass -s DIR with the source tree{why})")
+    return SourceText(source or dwarf_path, lines, "; ".join(notes) or None)
 
 
-def _fetch_source(info, found: LineRange, debuginfod) -> tuple[str | None, str | None]:
+def _fetch_source(info, dwarf_path: str, comp_dir: str | None, debuginfod) -> tuple[str | None, str | None]:
     """(the cached file, None) from debuginfod by the build-id and absolute path, or (None, why not)."""
     from kprobe_tui.debuginfo.debuginfod import Cancelled
     from kprobe_tui.debuginfo.locate import default_client
 
     build_id = info.located.build_id
-    path = found.path if found.path.startswith("/") else f"{found.comp_dir}/{found.path}" if found.comp_dir else None
+    path = dwarf_path if dwarf_path.startswith("/") else f"{comp_dir}/{dwarf_path}" if comp_dir else None
     if not build_id or path is None or not path.startswith("/"):
         return None, None  # debuginfod serves sources by absolute path only
     try:

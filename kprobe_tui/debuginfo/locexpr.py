@@ -25,9 +25,9 @@ def parse_ops(expr: list[int] | bytes, cu) -> list[tuple[str, list]]:
     return [(op.op_name, list(op.args)) for op in parser.parse_expr(expr)]
 
 
-def location_entries(die, name: str, units: Units) -> list[int] | list[tuple[int, int, list[int]]] | None:
+def location_entries(die, name: str, units: Units) -> list[int] | LocationList | None:
     """A location attribute: a single expression (bytes as ints) or [(low, high, expr), ...] (a tuple list)."""
-    from elftools.dwarf.locationlists import LocationEntry, LocationParser
+    from elftools.dwarf.locationlists import BaseAddressEntry, LocationEntry, LocationParser
 
     value = die.attributes.get(name)
     if value is None or value.form == "DW_FORM_loclistx":
@@ -44,12 +44,12 @@ def location_entries(die, name: str, units: Units) -> list[int] | list[tuple[int
         if isinstance(entry, LocationEntry):
             offset = 0 if entry.is_absolute else base
             entries.append((offset + entry.begin_offset, offset + entry.end_offset, list(entry.loc_expr)))
-        elif hasattr(entry, "base_address"):
+        elif isinstance(entry, BaseAddressEntry):
             base = entry.base_address
     return LocationList(entries)
 
 
-class LocationList(list):
+class LocationList(list[tuple[int, int, list[int]]]):
     """Entries of a location list (a list subclass, to tell it from a single expression)."""
 
 

@@ -306,10 +306,13 @@ class DebugInfo:
         """Record a unit's functions and their address ranges, once per build-id."""
         if self.index.knows_functions_of(unit.cu.cu_offset):
             return
-        names, ranges = [], []
+        names: list[tuple[str, int]] = []
+        ranges: list[tuple[int, int, int]] = []
         for die in unit.functions:
-            if dw.is_func_def(die) and "DW_AT_name" in die.attributes:
-                names.append((dw.name_of(die), die.offset))
+            # a DIE with a DW_AT_name of its own: name_of reads that one, never None
+            name = dw.name_of(die) if dw.is_func_def(die) and "DW_AT_name" in die.attributes else None
+            if name is not None:
+                names.append((name, die.offset))
             ranges.extend((low, high, die.offset) for low, high in dw.ranges_of(die, self.units))
         self.index.add_functions(unit.cu.cu_offset, names, ranges)
 
@@ -321,7 +324,7 @@ class DebugInfo:
         if not definitions:
             raise UserError(f"function {name!r} not found in the debug info of {self.located.debug_file}",
                             "check the spelling; `kprobe-tui funcs` lists kernel functions")
-        sites = []
+        sites: list[FunctionSite] = []
         for die in definitions:
             copies = [die] if dw.is_func_instance(die) else self.instances_of(die)
             sites.extend(self._site(copy, name) for copy in copies)
@@ -368,6 +371,8 @@ class DebugInfo:
     @_answered_once
     def _load_segments(self) -> list[tuple[int, int, int]]:
         """(vaddr, memsz, offset) of the probed binary's PT_LOAD segments (not the debug file's)."""
+        # file_offset, the one caller, returns before this for the kernel, the only one without a binary
+        assert self.located.binary is not None, "a user binary's debug info has a binary"
         return [(s.vaddr, s.memsz, s.offset) for s in ElfFile(self.located.binary).load_segments()]
 
     @one_question_at_a_time
@@ -420,14 +425,14 @@ class DebugInfo:
                 if scope is not None:
                     points.append(self._point(scope, address, spec, target, decl_file, externs))
         elif dw.is_func_instance(die):
-            address = dw.entry_pc(die, self.units)
-            if address:
-                points.append(self._point(die, address, spec, dw.decl_line(die), decl_file, externs))
+            entry = dw.entry_pc(die, self.units)
+            if entry:
+                points.append(self._point(die, entry, spec, dw.decl_line(die), decl_file, externs))
         else:
             for instance in self.instances_of(die):
-                address = dw.entry_pc(instance, self.units)
-                if address:
-                    points.append(self._point(instance, address, spec, dw.decl_line(die), decl_file, externs))
+                entry = dw.entry_pc(instance, self.units)
+                if entry:
+                    points.append(self._point(instance, entry, spec, dw.decl_line(die), decl_file, externs))
         return points
 
     def _check_line_owns(self, unit: dw.CUData, spec: PointSpec, file: str, line: int, address: int) -> None:

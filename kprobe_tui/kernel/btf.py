@@ -105,9 +105,9 @@ class Btf:
         self.base = base
         self._data = data
         self._parse_header()
-        self._start_id = base._start_id + len(base._offsets) if base else 1
-        self._base_str_len = base._base_str_len + base._str_len if base else 0
-        self._offsets = array("I")
+        self._start_id: int = base._start_id + len(base._offsets) if base else 1
+        self._base_str_len: int = base._base_str_len + base._str_len if base else 0
+        self._offsets: array[int] = array("I")
         self._functions: dict[str, int] = {}
         self._declarators: dict[int, tuple[str, str]] = {}
         self._prototypes: dict[str, str] = {}
@@ -211,7 +211,8 @@ class Btf:
     # --- raw access ---------------------------------------------------------------------------
 
     def _string(self, offset: int) -> str:
-        if offset < self._base_str_len:
+        # only split BTF has a base: without one, _base_str_len is 0 and _start_id 1, so these tests fail anyway
+        if offset < self._base_str_len and self.base is not None:
             return self.base._string(offset)
         start = offset - self._base_str_len
         if start >= self._str_len:
@@ -223,7 +224,7 @@ class Btf:
     def _type(self, type_id: int) -> _Type:
         if type_id == 0:
             return _Type(self, 0, VOID, 0, 0, 0, 0)
-        if 0 < type_id < self._start_id:
+        if 0 < type_id < self._start_id and self.base is not None:
             return self.base._type(type_id)
         index = type_id - self._start_id
         if not 0 <= index < len(self._offsets):
@@ -469,7 +470,7 @@ class Btf:
 
     def _declarator(self, type_id: int, depth: int = 0) -> tuple[str, str]:
         """(prefix, suffix) such that prefix + NAME + suffix declares NAME with this type."""
-        if 0 < type_id < self._start_id:
+        if 0 < type_id < self._start_id and self.base is not None:
             return self.base._declarator(type_id, depth)
         cached = self._declarators.get(type_id)
         if cached is not None:

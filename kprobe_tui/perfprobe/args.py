@@ -147,6 +147,8 @@ def parse(words: list[str]) -> PerfCommand:
     command = PerfCommand()
     target_used = True
     at = 0
+    option: _Option | None  # a short letter may name none
+    value: str | None  # an "optional" option may have none
     while at < len(words):
         word = words[at]
         if word == "--":
@@ -171,13 +173,13 @@ def parse(words: list[str]) -> PerfCommand:
             option = _SHORT.get(cluster[0])
             if option is None:
                 raise PerfUsageError(f"unknown switch `{cluster[0]}'", "see: kprobe-tui probe --help")
-            rest = cluster[1:]
+            tail = cluster[1:]
             if option.kind in ("flag", "count"):
                 target_used = _apply(command, option, None, target_used)
-                cluster = rest
+                cluster = tail
                 continue
-            if rest:
-                value = rest
+            if tail:
+                value = tail
             elif option.kind == "optional":
                 at, value = _optional_value(words, at)
             else:
@@ -246,7 +248,7 @@ def _apply(command: PerfCommand, option: _Option, value: str | None, target_used
                                  "one of -a, -d, -D, -l, -L, -V, -F at a time")
         command.action = action
         if name in ("add", "definition", "vars"):
-            command.definitions.append(Definition(value, command.binary, command.module, from_option=True))
+            command.definitions.append(Definition(_word(option, value), command.binary, command.module, from_option=True))
             return True
         if name == "line":
             command.line = command.line or value  # perf: "only the first one is valid"
@@ -255,23 +257,24 @@ def _apply(command: PerfCommand, option: _Option, value: str | None, target_used
         elif name == "funcs":
             command.filters.append(value if value is not None else DEFAULT_FUNC_FILTER)
         else:
-            command.filters.append(value)
+            command.filters.append(_word(option, value))
         return target_used
     if name in ("exec", "module"):
+        path = _word(option, value)
         if name == "exec":
-            command.binary, command.module = os.path.realpath(value), None
+            command.binary, command.module = os.path.realpath(path), None
         else:
-            command.module, command.binary = (os.path.realpath(value) if "/" in value else value), None
+            command.module, command.binary = (os.path.realpath(path) if "/" in path else path), None
         return False
     if name == "filter":
-        command.filters.append(value)
+        command.filters.append(_word(option, value))
     elif name == "vmlinux":
         command.vmlinux = value
     elif name == "source":
         command.source = value
     elif name == "max-probes":
         try:
-            command.max_probes = int(value, 10)
+            command.max_probes = int(_word(option, value), 10)
         except ValueError:
             raise PerfUsageError(f"option `max-probes' expects a numerical value, not {value!r}") from None
     elif name == "event-filter":
@@ -279,12 +282,18 @@ def _apply(command: PerfCommand, option: _Option, value: str | None, target_used
     elif name == "group":
         command.group = value
     elif name in ("snapshot", "tracefs", "debugfs", "kallsyms", "btf"):
-        command.offline[name] = value
+        command.offline[name] = _word(option, value)
     elif name == "verbose":
         command.verbose += 1
     else:
         setattr(command, name.replace("-", "_"), True)
     return target_used
+
+
+def _word(option: _Option, value: str | None) -> str:
+    """The word of a "value" option: parse takes one with the option or stops with a usage error."""
+    assert value is not None, f"--{option.long} takes a value"
+    return value
 
 
 def _long_of(action: str) -> str:

@@ -60,7 +60,7 @@ def kernel_point(place: str, is_return: bool, kallsyms: Kallsyms | None, debugin
     module, symbol = match["module"], match["symbol"]
     offset = int(match["offset"] or "0", 0)
     runtime = kallsyms.address(symbol, module or "") if kallsyms is not None else None
-    if runtime is None:
+    if kallsyms is None or runtime is None:
         return Point(symbol, offset, is_return=is_return), module
     runtime += offset
     if debuginfo is not None and module is None:
@@ -107,12 +107,14 @@ def _dwarf_point(info, address: int, is_return: bool) -> Point | None:
         fname, lineno = line_info(info, unit, address)
         function = info.real_function_at(unit.cu, address)
         func = basefunc = None
-        baseline, baseaddr = 0, None
+        baseline, baseaddr = 0, 0
         if function is not None:
             func = basefunc = dw.linkage_name_of(function) or dw.name_of(function)
-            baseaddr = dw.entry_pc(function, info.units)
+            entry = dw.entry_pc(function, info.units)
+            # perf's baseaddr stays 0 when die_entrypc fails (real_function_at found it by its ranges: it does not)
+            baseaddr = 0 if entry is None else entry
             baseline = dw.decl_line(function)
-            if not func or baseaddr is None or not baseline:
+            if not func or entry is None or not baseline:
                 lineno = 0
             else:
                 fname = unit.file_name(dw.decl_file_index(function))

@@ -17,20 +17,40 @@ _SEPARATORS = "|&!()"
 
 
 @dataclass(frozen=True)
-class _Node:
-    op: str  # "glob", "!", "&", "|"
-    glob: re.Pattern | None = None
-    left: _Node | None = None
-    right: _Node | None = None
+class _Glob:
+    pattern: re.Pattern
 
     def matches(self, text: str) -> bool:
-        if self.op == "glob":
-            return self.glob.fullmatch(text) is not None
-        if self.op == "!":
-            return not self.right.matches(text)
-        if self.op == "&":
-            return self.left.matches(text) and self.right.matches(text)
+        return self.pattern.fullmatch(text) is not None
+
+
+@dataclass(frozen=True)
+class _Not:
+    operand: _Node
+
+    def matches(self, text: str) -> bool:
+        return not self.operand.matches(text)
+
+
+@dataclass(frozen=True)
+class _And:
+    left: _Node
+    right: _Node
+
+    def matches(self, text: str) -> bool:
+        return self.left.matches(text) and self.right.matches(text)
+
+
+@dataclass(frozen=True)
+class _Or:
+    left: _Node
+    right: _Node
+
+    def matches(self, text: str) -> bool:
         return self.left.matches(text) or self.right.matches(text)
+
+
+_Node = _Glob | _Not | _And | _Or
 
 
 class StrFilter:
@@ -121,7 +141,7 @@ class _Parser:
             if token != "|":
                 return root
             self._token()
-            root = _Node("|", left=root, right=self._conjunction())
+            root = _Or(root, self._conjunction())
 
     def _conjunction(self) -> _Node:
         node = self._negation()
@@ -130,12 +150,12 @@ class _Parser:
             if token != "&":
                 return node
             self._token()
-            node = _Node("&", left=node, right=self._negation())
+            node = _And(node, self._negation())
 
     def _negation(self) -> _Node:
         column, token = self._token()
         if token == "!":
-            return _Node("!", right=self._negation())
+            return _Not(self._negation())
         if token == "(":
             node = self._expression()
             close_column, close = self._token()
@@ -144,7 +164,7 @@ class _Parser:
             return node
         if not token or token in _SEPARATORS:
             raise self._error(column)
-        return _Node("glob", glob=glob_regex(token))
+        return _Glob(glob_regex(token))
 
     def _peek(self) -> tuple[int, str]:
         at = self.at
