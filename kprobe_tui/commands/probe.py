@@ -185,7 +185,9 @@ def _named(command: PerfCommand, plans, show_only: bool, appends: bool):
     """perf's names: the base name where it is free; when the kernel has it, an error (EEXIST) unless -f,
     which takes BASE_1, BASE_2... (``work__return`` taken gives ``work_1``, as perf's get_new_event_name).
     Names are checked against the events the kernel had before this command (perf reads them once);
-    -D checks none. A kernel that cannot append probes to an event gets a name per probe."""
+    -D checks none. Each probe keeps its own base name (SRC;PTN: the function holding its line), and a
+    kernel that can append probes to an event takes repeats of it as one event; one that cannot gets a
+    name per probe. Probes after a definition's first may always take a suffix (perf's allow_suffix)."""
     taken_at_start: dict[str, set[str]] = {}
     named = []
     for plan, target in plans:
@@ -196,7 +198,7 @@ def _named(command: PerfCommand, plans, show_only: bool, appends: bool):
         probes = []
         for index, probe in enumerate(plan.probes):
             name = probe.event
-            if name in taken and (index == 0 or not appends):
+            if name in taken:
                 if not (command.force or index > 0):
                     raise PerfError(f'event "{name}" already exists in group {group}',
                                     f"remove it (kprobe-tui probe -d {group}:{name}), or add -f to add this one as {name}_1",
@@ -206,8 +208,6 @@ def _named(command: PerfCommand, plans, show_only: bool, appends: bool):
             if not appends:
                 taken.add(name)
             probes.append(replace(probe, event=name))
-        if appends:  # every probe of one definition is appended to the first one's event
-            probes = [replace(p, event=probes[0].event) for p in probes]
         named.append((replace(plan, probes=probes), target))
     return named
 

@@ -19,7 +19,7 @@ import re
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -94,6 +94,7 @@ class ProbePoint:
     is_inline: bool  # the address is inside an inlined copy of the requested function
     is_return: bool = False
     variables: list[Variable] = field(default_factory=list)
+    scope: str | None = None  # the function or inlined copy holding it, by name (perf names SRC;PTN events so)
 
 
 
@@ -411,6 +412,49 @@ class DebugInfo:
             unique.setdefault(point.address, point)
         return list(unique.values())
 
+    @one_question_at_a_time
+    @reports_corruption(_debug_file)
+    def lazy_points(self, function: str | None, file: str | None, lines: Collection[int],
+                    externs: bool = False) -> list[ProbePoint]:
+        """perf's ;PTN (find_probe_point_lazy): every address where one of ``lines`` starts, walked as
+        die_walk_lines walks FUNC's definitions and inlined copies, or with no function every unit
+        holding ``file``; an address once, the first line found there. Unlike FUNC:RLN, a line
+        sharing its address with another (the function's entry) is kept: perf probes it."""
+        from kprobe_tui.debuginfo.lines import walk_lines
+
+        walks: list[tuple[dw.CUData, Any, str | None]] = []
+        if function is None:
+            for cu in self.dwarf.iter_CUs():  # perf's find_probes: each unit whose line table names the file
+                unit = self.units.of(cu)
+                walks.append((unit, None, next((f for f in unit.files if f and file and dw.strtailcmp(file, f)), None)))
+        else:
+            for die in self.definitions_in_every_unit(function, file):
+                unit = self.units.of(die.cu)
+                fname = unit.file_name(dw.decl_file_index(die))
+                walks += [(unit, scope, fname) for scope in ([die] if dw.is_func_instance(die) else self.instances_of(die))]
+        found: dict[int, ProbePoint] = {}
+        for unit, scope, fname in walks:
+            if fname is None:
+                continue
+            for name, line, address in walk_lines(self, unit, scope):
+                if line not in lines or address in found or not name or not dw.strtailcmp(name, fname):
+                    continue
+                best = self._best_scope(unit, address, function, fname) if function else self._nearest_scope(unit, address, fname, line)
+                if best is None:
+                    raise UserError(f"{fname}:{line}: no function holds this line", "probe FUNC;PATTERN instead")
+                found[address] = self._point(best, address, PointSpec(function or dw.name_of(best) or ""), line, fname, externs)
+        return list(found.values())
+
+    def _nearest_scope(self, unit: dw.CUData, address: int, file: str, line: int):
+        """perf's find_best_scope with no function: of the function and inlined copies at the address
+        declared in ``file``, the one declared nearest above the line."""
+        best, distance = None, None
+        for candidate in self._scopes_at(unit, address):
+            declared = dw.decl_line(candidate)
+            if unit.file_name(dw.decl_file_index(candidate)) == file and declared < line and (distance is None or line - declared < distance):
+                best, distance = candidate, line - declared
+        return best
+
     def _points_of(self, die, spec: PointSpec, externs: bool) -> list[ProbePoint]:
         """perf's probe_point_search_cb on one unit's definition: a line in it, its entry, or the entries
         of its concrete copies (out-of-line and inlined) when it is an abstract inline function."""
@@ -451,12 +495,7 @@ class DebugInfo:
 
     def _best_scope(self, unit: dw.CUData, address: int, function: str, decl_file: str | None):
         """perf's find_best_scope: the outermost function or inlined copy at the address named as asked."""
-        scope = self.real_function_at(unit.cu, address)
-        chain = []
-        while scope is not None:
-            chain.append(scope)
-            scope = dw.iter_tree(scope, lambda d: dw.FIND_END if d.tag == "DW_TAG_inlined_subroutine"
-                                 and dw.has_pc(d, address, self.units) else dw.FIND_CONTINUE)
+        chain = self._scopes_at(unit, address)
         for candidate in chain:
             file = unit.file_name(dw.decl_file_index(candidate))
             if decl_file and file != decl_file:
@@ -464,6 +503,16 @@ class DebugInfo:
             if _matches(candidate, function):
                 return candidate
         return chain[-1] if chain else None
+
+    def _scopes_at(self, unit: dw.CUData, address: int) -> list:
+        """perf's cu_walk_functions_at: the real function at the address, then each inlined copy in it, outermost first."""
+        scope = self.real_function_at(unit.cu, address)
+        chain = []
+        while scope is not None:
+            chain.append(scope)
+            scope = dw.iter_tree(scope, lambda d: dw.FIND_END if d.tag == "DW_TAG_inlined_subroutine"
+                                 and dw.has_pc(d, address, self.units) else dw.FIND_CONTINUE)
+        return chain
 
     def _point(self, scope, address: int, spec: PointSpec, line: int, file: str | None, externs: bool) -> ProbePoint:
         function = scope if dw.is_func_def(scope) else self.real_function_at(scope.cu, address)
@@ -482,6 +531,7 @@ class DebugInfo:
             file=file,
             is_inline=scope.tag == "DW_TAG_inlined_subroutine",
             is_return=spec.is_return,
+            scope=dw.name_of(scope),
         )
         if function is not None:
             point.variables = self.variables_at(scope, function, address, externs)

@@ -267,7 +267,7 @@ def compile_dwarf(
         for point, place, notes in points:
             fetches = _dwarf_fetches(info, spec, point, notes, readme_offers(readme, "return_args"))
             line = int(place.rsplit(":", 1)[1]) if spec.lazy is not None else None  # ;PTN: the line it matched
-            name = event_name(spec, taken, line, point.function)
+            name = event_name(spec, taken, line, point.scope if spec.lazy is not None and point.scope else point.function)
             taken.append(name)
             where = f"{spec.binary}:0x{point.file_offset:x}" if spec.is_uprobe else module_place(spec, f"{point.function}+{point.offset}", info.located.module)
             probes.append(CompiledProbe(spec, group, name, where, fetches, point.function, point.offset, tuple(notes)))
@@ -280,7 +280,10 @@ def dwarf_points(spec: ProbeSpec, vmlinux: str | None = None) -> tuple[Any, list
     the prologue skip: the builder's variable tree lists exactly what Create will read."""
     info = _debuginfo(spec.binary, vmlinux, spec.module, _mtime(spec.binary or spec.module or vmlinux))
     with info.asking():
-        points = [(point, place) for place in _function_places(info, spec) for point in info.probe_points(place, externs=True)]
+        if spec.lazy is not None:
+            points = _lazy_points(info, spec)
+        else:
+            points = [(point, place) for place in _function_places(info, spec) for point in info.probe_points(place, externs=True)]
         if not points:
             raise UserError(f"{spec.place_text()!r}: no probeable address", "for a line, see which lines are probeable: kprobe-tui lines FUNC")
         moved = []
@@ -291,37 +294,39 @@ def dwarf_points(spec: ProbeSpec, vmlinux: str | None = None) -> tuple[Any, list
 
 
 def _function_places(info, spec: ProbeSpec) -> list[str]:
-    """The spec as the debuginfo engine's FUNC[@SRC][:RLN][%return] places (SRC:ALN and ;PTN resolved)."""
-    if spec.lazy is not None:
-        return _lazy_places(info, spec)
+    """The spec as the debuginfo engine's FUNC[@SRC][:RLN][%return] places (SRC:ALN resolved)."""
     if spec.function is None:  # SRC:ALN -> the function holding that line, and the line relative to it
         return [_source_line_place(info, spec.source, spec.line)]
     place = spec.function + (f"@{spec.source}" if spec.source else "") + (f":{spec.line}" if spec.line is not None else "")
     return [place + ("%return" if spec.is_return else "")]
 
 
-def _lazy_places(info, spec: ProbeSpec) -> list[str]:
-    """perf's ;PTN: the probeable lines of the function whose text matches the glob, spaces ignored."""
+def _lazy_points(info, spec: ProbeSpec) -> list[tuple[Any, str]]:
+    """perf's FUNC;PTN and SRC;PTN: (point, place) at each address where a line of the function (or of
+    the whole file) whose text matches the glob, spaces ignored, starts; the place names the line
+    (FUNC:RLN, or SRC:ALN) for kprobe-tui's event names."""
     import fnmatch
 
     from kprobe_tui.debuginfo.lines import INT_MAX, MAX_SOURCE, LineSpec, find_line_range, source_lines
     from kprobe_tui.files import read_regular
 
-    if spec.function is None:
-        raise UserError(f"{spec.place_text()!r}: a pattern needs the function to search", f"write FUNC@{spec.source};{spec.lazy}")
-    found = find_line_range(info, LineSpec(spec.function, spec.source, 0, INT_MAX))
+    what = spec.function or spec.source
+    found = find_line_range(info, LineSpec(spec.function, spec.source, 0 if spec.function else 1, INT_MAX))
     source = info.source_file(found.path, found.comp_dir_cu) if found.path else None
     if source is None:
-        raise UserError(f"{spec.place_text()!r}: the source text of {found.path or spec.function} is not found",
+        raise UserError(f"{spec.place_text()!r}: the source text of {found.path or what} is not found",
                         "a ;PATTERN is matched against the source: run where the source tree is")
-    text = [line.rstrip("\n") for line in source_lines(read_regular(source, "source file", MAX_SOURCE))]
+    text = source_lines(read_regular(source, "source file", MAX_SOURCE))
     pattern = "".join(spec.lazy.split())
-    lines = [n for n in found.lines if n <= len(text) and fnmatch.fnmatchcase("".join(text[n - 1].split()), pattern)]
-    if not lines:
-        raise UserError(f"{spec.lazy!r}: no probeable line of {spec.function} matches",
+    lines = {n for n, line in enumerate(text, 1) if fnmatch.fnmatchcase("".join(line.split()), pattern)}
+    points = info.lazy_points(spec.function, spec.source, lines, externs=True)
+    if not points:
+        raise UserError(f"{spec.lazy!r}: no probeable line of {what} matches",
                         "the pattern is a glob matched against whole lines, spaces ignored: e.g. ';sum +=*'")
+    if spec.function is None:
+        return [(point, f"{spec.source}:{point.line}") for point in points]
     at = f"@{spec.source}" if spec.source else ""
-    return [f"{spec.function}{at}:{n - found.offset}" for n in lines]
+    return [(point, f"{spec.function}{at}:{point.line - found.offset}") for point in points]
 
 
 def _source_line_place(info, source: str, line: int) -> str:

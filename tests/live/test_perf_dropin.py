@@ -38,6 +38,10 @@ DEFINITIONS = [
     "lab_recv:4 len c",  # a line relative to the function: lab_recv_L4
     "lab_recv+4 %di",
     "lab_recv;return*",  # the first line matching a pattern
+    "lab_open;return*",  # a matching line at the function's entry address (gcc -O2): probed there
+    "lab_open;*",  # every line of the function: its lines sharing the entry give one probe
+    "perflab.c;return*",  # SRC;PTN: every matching line of the file, each named after its function
+    "perflab.c;*",
     "lab_recv@perflab.c flags:u",
     "r=lab_recv len:x64",
     f"{GROUP}:myev=lab_open path:string",
@@ -60,9 +64,14 @@ def clean(tracefs_root):
     """Fails the test if it leaves a probe in our group; removes any it left, so the next test starts clean."""
     yield
     left = ours(tracefs_root)
-    for line in left:
-        control(tracefs_root, f"-:{line.split()[0].split(':', 1)[1]}")
+    remove(tracefs_root, left)
     assert left == [], "the test left probes behind"
+
+
+def remove(root: Path, lines: list[str]) -> None:
+    """Deletes the events of these uprobe_events lines: an event with several probes goes at once."""
+    for event in dict.fromkeys(line.split()[0].split(":", 1)[1] for line in lines):
+        control(root, f"-:{event}")
 
 
 def control(root: Path, line: str) -> None:
@@ -103,8 +112,7 @@ def added(root: Path, tool, words: list[str]) -> tuple[subprocess.CompletedProce
     """Run an adding command; return what it printed and the lines it left in uprobe_events, then remove them."""
     done = tool(*words)
     lines = ours(root)
-    for line in lines:
-        control(root, f"-:{line.split()[0].split(':', 1)[1]}")
+    remove(root, lines)
     return done, lines
 
 
@@ -116,6 +124,9 @@ def added(root: Path, tool, words: list[str]) -> tuple[subprocess.CompletedProce
     ["-x", "{prog}", "-a", "lab_open path:string", "-a", "lab_recv:4 len", "-a", "lab_open%return $retval"],
     ["-x", "{prog}", "-q", "lab_recv c->fd"],
     ["{prog}", "lab_recv len"],  # the program as the first word
+    ["-x", "{prog}", "perflab.c;return*"],  # probes in three functions: three events, one per function
+    ["-x", "{prog}", "perflab.c;*"],  # five lines of main appended to one event main
+    ["-x", "{prog}", "lab_open;return*"],
 ])
 def test_added_probes_and_their_text_are_perfs(tracefs_root, clean, prog, words):
     """The same uprobe_events lines (groups, names, places, fetch-args), the same 'Added new event' text
@@ -230,3 +241,52 @@ def test_an_event_filter_that_does_not_parse_is_einval(prog):
     named with a caret, and nothing is made."""
     done = kprobe_tui("-n", "--event-filter", "len == 1 len", "-x", str(prog), "lab_recv len")
     assert done.returncode == 234 and "filter error at column" in done.stderr and "^" in done.stderr
+
+
+# -- lazy patterns (;PTN) ---------------------------------------------------------------------------
+
+LAZY_PATTERNS = [
+    "lazy_len;return*",  # the function's one line shares its entry address when optimised
+    "lazy_pick;return*", "lazy_pick;*lazy_clamp*", "lazy_pick;*",
+    "lazy_clamp;return*", "lazy_clamp;*",  # inlined only: its copies in lazy_pick (-O0); none left (-O2)
+    "lazylab.c;return*",  # SRC;PTN: lines in lazy_len, lazy_pick, main and the inlined lazy_clamp
+    "lazylab.c;*lazy_clamp(*", "lazylab.c;*", "lazylab.c;{",
+]
+
+
+@pytest.fixture(scope="module", params=["-O0", "-O2"])
+def lazy_prog(request, tmp_path_factory) -> Path:
+    if not os.access(PERF, os.X_OK) or shutil.which("gcc") is None:
+        pytest.skip("needs /usr/bin/perf (linux-perf) and gcc")
+    out = tmp_path_factory.mktemp("perflazy") / f"lazylab_{os.getpid()}{request.param.replace('-', '_')}"
+    subprocess.run(["gcc", "-g", request.param, "-o", str(out), str(C_DIR / "lazylab.c")], check=True)
+    return out
+
+
+@pytest.mark.parametrize("pattern", LAZY_PATTERNS)
+def test_lazy_patterns_probe_what_perf_probes(lazy_prog, pattern):
+    """FUNC;PTN and SRC;PTN (perf's find_probe_point_lazy): the same addresses in the same order (the line
+    table walked by address, then each function's declaration and inlined call sites; an address once),
+    named as perf names them (FUNC; for SRC;PTN the function or inlined copy the line is in); exit
+    status as perf's where neither probes (an inline-only function at -O2)."""
+    theirs, mine = perf("-x", str(lazy_prog), "-D", pattern), kprobe_tui("-x", str(lazy_prog), "-D", pattern)
+    assert (mine.returncode, mine.stdout) == (theirs.returncode, theirs.stdout), mine.stderr
+
+
+def test_a_pattern_matching_the_entry_line_probes_the_entry(prog):
+    """lab_open's only statement shares the function's entry address (gcc -O2): FUNC:RLN refuses that line
+    (perf: "This line is sharing the address with other lines"), but FUNC;PTN probes it at the entry."""
+    theirs, _ = same(["-x", str(prog), "-D", "lab_open;return*"])
+    assert theirs.stdout == perf("-x", str(prog), "-D", "lab_open").stdout
+    assert perf("-x", str(prog), "-D", "lab_open:2").returncode == kprobe_tui("-x", str(prog), "-D", "lab_open:2").returncode == 254
+
+
+def test_a_pattern_matching_no_line_is_refused_where_perf_probes_the_entry(prog):
+    """A perf bug: when no line of the file matches, perf falls back to the function's symbol and probes its
+    entry (exit 0), as if no pattern were given. No line of perflab.c has 'nothing' in it, so there is no
+    line to probe: kprobe-tui refuses, naming the pattern, as perf does for SRC;PTN (exit 254)."""
+    assert not any("nothing" in line for line in (C_DIR / "perflab.c").read_text().splitlines())
+    theirs, mine = perf("-x", str(prog), "-D", "lab_open;*nothing*"), kprobe_tui("-x", str(prog), "-D", "lab_open;*nothing*")
+    assert theirs.returncode == 0 and theirs.stdout == perf("-x", str(prog), "-D", "lab_open").stdout
+    assert mine.returncode == 254 and mine.stdout == "" and "'*nothing*': no probeable line of lab_open matches" in mine.stderr
+    assert perf("-x", str(prog), "-D", "perflab.c;*nothing*").returncode == kprobe_tui("-x", str(prog), "-D", "perflab.c;*nothing*").returncode == 254
