@@ -13,6 +13,7 @@ import asyncio
 import pytest
 from guestlib import trigger_open
 
+from kprobe_tui import blocking
 from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.events import Events
 from kprobe_tui.kernel.sources import locate
@@ -98,7 +99,8 @@ async def test_btf_only_flow_shows_the_file_name_that_cat_opens(tracefs, tmp_pat
             assert app.screen.query_one(FunctionList) is functions and functions.current == FUNCTION
             events = Events(tracefs)
             [made] = [e for e in events.events_in(group) if e.full_name == created]
-            events.delete(made)
+            with blocking.knowingly():  # the test's own clean-up, on the app's thread
+                events.delete(made)
             assert events.events_in(group) == []
             await pilot.press("q")
     finally:

@@ -12,6 +12,7 @@ import pytest
 from textual.app import App
 
 from kprobe_tui.kernel import lifetime
+from kprobe_tui.tui.navigation import Back
 from kprobe_tui.tui.screens.stats import StatsRequest, StatsScreen
 from tests.aggregate_cli import build, run_workload
 
@@ -30,6 +31,9 @@ class Host(App):
 
     def on_mount(self) -> None:
         self.push_screen(self._screen)
+
+    def on_back(self, message: Back) -> None:  # the real app's navigation: escape closes the view
+        self.pop_screen()
 
 
 async def until(pilot, condition, what: str, seconds: float = 300) -> None:
