@@ -136,7 +136,7 @@ def _plan(command: PerfCommand, definition, kernel, tracefs, strict: bool):
     for note in plan.notes:
         _say(f"note: {note}")
     if command.no_inlines:
-        from kprobe_tui.probes.compile import INLINED_NOTE
+        from kprobe_tui.probes.notes import INLINED_NOTE
 
         kept = [p for p in plan.probes if not any(note.startswith(INLINED_NOTE) for note in p.notes)]
         if not kept:
@@ -240,7 +240,7 @@ def _create(command: PerfCommand, plans) -> None:
 
 def _report(command: PerfCommand, plans) -> None:
     from kprobe_tui.perfprobe import text
-    from kprobe_tui.probes.compile import prologue_entry
+    from kprobe_tui.probes.notes import prologue_entry
     from kprobe_tui.probes.render import bpftrace_oneliner, command_rows, perf_command
 
     if command.json:

@@ -166,7 +166,7 @@ def _text_bias(path: str) -> int:
 
 
 def _elf_symbol(path: str, address: int) -> tuple[str, int] | None:
-    from kprobe_tui.probes.compile import elf_symbols
+    from kprobe_tui.probes.symbols import elf_symbols
 
     try:
         symbol = elf_symbols(path).containing(address)

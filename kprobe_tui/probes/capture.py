@@ -20,7 +20,8 @@ from kprobe_tui.debuginfo.scope import asking_about
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.btf import Btf
 from kprobe_tui.probes import locations as loc
-from kprobe_tui.probes.compile import ARG_REGISTERS, dwarf_points
+from kprobe_tui.probes.dwarffetch import dwarf_points
+from kprobe_tui.probes.rawfetch import ARG_REGISTERS
 from kprobe_tui.probes.spec import LOCALS_GONE, ProbeSpec
 
 # The type overrides offered per argument (kprobetrace.rst "Types"); "" is the compiler's own choice.

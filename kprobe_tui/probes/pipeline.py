@@ -23,8 +23,9 @@ from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.events import DynamicEvent, Events
 from kprobe_tui.kernel.tracefs import Tracefs
 from kprobe_tui.probes import guard
-from kprobe_tui.probes.compile import compile_spec, needs_debuginfo
+from kprobe_tui.probes.compile import compile_spec
 from kprobe_tui.probes.guard import GuardAdvice
+from kprobe_tui.probes.rawfetch import needs_debuginfo
 from kprobe_tui.probes.spec import (
     DEFAULT_PERSISTENT_GROUP,
     MAX_EVENT_NAME_LEN,

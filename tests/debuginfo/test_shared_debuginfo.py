@@ -22,7 +22,7 @@ from kprobe_tui.debuginfo.scope import DebugInfo, PointSpec, open_debuginfo
 from kprobe_tui.errors import UserError
 from kprobe_tui.probes.binary import BinaryCatalog
 from kprobe_tui.probes.capture import children, dwarf_variables
-from kprobe_tui.probes.compile import dwarf_points
+from kprobe_tui.probes.dwarffetch import dwarf_points
 from kprobe_tui.probes.spec import parse_spec
 
 ROUNDS = 12  # without the lock, P(every round right) ~ (22/40)^12 < 0.001

@@ -14,7 +14,7 @@ from guestlib import run_cli
 from harness import PROJECT
 from kprobe_tui.kernel.events import Events
 from kprobe_tui.kernel.tracefs import KernelRefused
-from kprobe_tui.probes.compile import compile_raw
+from kprobe_tui.probes.rawfetch import compile_raw
 from kprobe_tui.probes.spec import parse_spec
 
 pytestmark = pytest.mark.kernel
@@ -27,7 +27,7 @@ import time
 from kprobe_tui.kernel import lifetime, sources
 from kprobe_tui.kernel.events import Events
 from kprobe_tui.kernel.instance import Instance
-from kprobe_tui.probes.compile import compile_raw
+from kprobe_tui.probes.rawfetch import compile_raw
 from kprobe_tui.probes.spec import parse_spec
 
 top = sources.locate().tracing()

@@ -7,7 +7,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from kprobe_tui.probes.compile import compile_raw
+from kprobe_tui.probes.rawfetch import compile_raw
 from kprobe_tui.probes.render import admin_handoff, perf_command
 from kprobe_tui.probes.spec import parse_spec
 

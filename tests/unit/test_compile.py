@@ -10,7 +10,7 @@ import pytest
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.btf import Btf
 from kprobe_tui.probes import guard
-from kprobe_tui.probes.compile import compile_btf
+from kprobe_tui.probes.btffetch import compile_btf
 from kprobe_tui.probes.locations import Located, NotExpressible, Value, evaluate
 from kprobe_tui.probes.spec import parse_spec
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from kprobe_tui.probes.compile import compile_raw, name_fetch_args
+from kprobe_tui.probes.naming import name_fetch_args
+from kprobe_tui.probes.rawfetch import compile_raw
 from kprobe_tui.probes.render import bpftrace_oneliner, default_event_name, perf_command, unique_name
 from kprobe_tui.probes.spec import parse_arg, parse_spec
 

@@ -22,7 +22,8 @@ from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.events import Events
 from kprobe_tui.kernel.instance import resolve_events
 from kprobe_tui.kernel.tracefs import KernelRefused, Tracefs, entry_for, parse_error_log
-from kprobe_tui.probes.compile import compile_raw, compile_spec
+from kprobe_tui.probes.compile import compile_spec
+from kprobe_tui.probes.rawfetch import compile_raw
 from kprobe_tui.probes.form import BuildRequest, build_preview
 from kprobe_tui.probes.pipeline import ProbeTarget
 from kprobe_tui.probes.render import default_event_name, perf_hash, tracefs_commands
