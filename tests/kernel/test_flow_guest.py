@@ -54,12 +54,12 @@ async def test_btf_only_flow_shows_the_file_name_that_cat_opens(tracefs, tmp_pat
             assert functions.current == FUNCTION
 
             await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, SourceScreen), "the source view opens")
             source = app.screen
-            assert isinstance(source, SourceScreen)
             await until(pilot, lambda: source.fallback, "the source view falls back to BTF")
             assert "const char *filename" in str(source.query_one("#prototype").render())
             await pilot.press("enter")  # Entry
-
+            await until(pilot, lambda: isinstance(app.screen, ProbeBuilderScreen), "the builder opens")  # by a message
             builder = app.screen
             assert isinstance(builder, ProbeBuilderScreen) and builder.query_one("#kind").value == "entry"
             tree = builder.query_one(VariableTree)
@@ -75,6 +75,7 @@ async def test_btf_only_flow_shows_the_file_name_that_cat_opens(tracefs, tmp_pat
             await until(pilot, lambda: builder.preview is not None and builder.preview.error is None
                         and "filename=" in builder.preview.probes[0].definition(), "the preview compiles")
             await pilot.press("ctrl+s")
+            await until(pilot, lambda: isinstance(app.screen, EventsScreen), "the probe is made (in a worker)")
             events_screen = app.screen
             assert isinstance(events_screen, EventsScreen), builder.query_one("#status").render()
             [created] = builder.created
@@ -92,10 +93,12 @@ async def test_btf_only_flow_shows_the_file_name_that_cat_opens(tracefs, tmp_pat
             assert opened(), f"{created} never showed {marker}"
 
             await pilot.press("escape")  # events -> builder -> source -> functions, each as it was
-            assert app.screen is builder
+            await until(pilot, lambda: app.screen is builder, "back to the builder")
             await pilot.press("escape")
-            assert app.screen is source and source.fallback
+            await until(pilot, lambda: app.screen is source, "back to the source view")
+            assert source.fallback
             await pilot.press("escape")
+            await until(pilot, lambda: app.screen is not source, "back to the function list")
             assert app.screen.query_one(FunctionList) is functions and functions.current == FUNCTION
             events = Events(tracefs)
             [made] = [e for e in events.events_in(group) if e.full_name == created]
