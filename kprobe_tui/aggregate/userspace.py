@@ -10,8 +10,9 @@ block goes through a fast path when it can, where the work per line is done in C
   (``%16s-%-7d``), so comm and pid are slices, taken in C by ``map(itemgetter(slice))``; so is
   the timestamp, at the columns the block's first line shows, once every line is checked to have
   its ``:`` there;
-* a captured comm is the rest of the line from ``kptui_comm="`` on, a name that must occur once a
-  line (a comm may contain it); a histogram by that comm reads its value and comm in one regex pass;
+* a captured comm is the rest of the line from ``kptui_comm="`` on: a comm read that contains the
+  name may have begun at a copy of it (``_misread_comm``); a histogram by comm reads value and comm
+  in one regex pass;
 * an argument is found by a regex led by its name (``len=``): a literal the regex engine scans for
   (led by a space, it stops at every space of the padded header: 1.2-1.6x slower, measured);
   a number must end at a space or the line's end, and each line must give exactly one match, so
@@ -39,7 +40,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import floordiv, itemgetter, mul, not_
@@ -254,11 +255,21 @@ class StreamAggregator:
             found = [next(iter(self.roles)).encode()] * len(lines) if self._one_event else _EVENT.findall(data)
         else:
             found = self._patterns[name].findall(data)
-            # The comm is the rest of the line from its name on: the name must be there once (a comm in
-            # the header or captured may contain it).
-            if name == "comm" and data.count(self._comm_marker) != len(lines):
-                return None
         return found if len(found) == len(lines) else None
+
+    def _misread_comm(self, keyed: Mapping, names: list[str]) -> bool:
+        """Whether a captured comm in the keys of ``keyed`` may be misread. It is read from the first
+        ``kptui_comm="`` of its line to the line's last quote: when that first one is not the argument's
+        (a header's comm or a string argument that contains it), what is read contains the argument's.
+        A comm read containing the name (rightly, when the comm itself does): the general path. Checked
+        once per distinct key; counting the name in the block cost count by comm 1.1x (measured)."""
+        if not self._comm_marker or "comm" not in names:
+            return False
+        marker = self._comm_marker
+        if len(names) == 1:
+            return any(marker in comm for comm in keyed)
+        index = names.index("comm")
+        return any(marker in row[index] for row in keyed)
 
     def _key_column(self, names: list[str], data: bytes, lines: list[bytes]):
         """The key of each line: the column's bytes, or a tuple of them for several keys; maybe an iterator
@@ -279,8 +290,11 @@ class StreamAggregator:
         if not self.columns:
             rows = {(): len(lines)}
         else:
-            rows = self._key_column(self.columns, data, lines)
-            if rows is None:
+            keys = self._key_column(self.columns, data, lines)
+            if keys is None:
+                return False
+            rows = Counter(keys)
+            if self._misread_comm(rows, self.columns):
                 return False
         with self._lock:
             self._fast_rows.update(rows)
@@ -298,21 +312,26 @@ class StreamAggregator:
         keys = self._key_column(self.keys, data, lines)
         if keys is None:
             return False
-        self._add_values(_group(list(keys), values), _numbers)
+        groups = _group(list(keys), values)
+        if self._misread_comm(groups, self.keys):
+            return False
+        self._add_values(groups, _numbers)
         return True
 
     def _fast_hist_by_comm(self, data: bytes, lines: list[bytes]) -> bool:
         """The value and the captured comm of each line in one regex pass (the regex engine reads a byte at
         a time: two passes cost 1.3x as much, measured): a match ends its line, so as many matches as lines is one a line; the value's name
-        and the comm's must be there once a line (another argument ending in the name, a comm containing
-        either: the general path), so the one match read the value and the comm the general path reads."""
+        must be there once a line (another argument ending in the name, a comm containing it: the general
+        path), so the one match read the value and (``_misread_comm``) the comm the general path reads."""
         found = self._value_and_comm.findall(data)
         count = len(lines)
-        if len(found) != count or data.count(self._comm_marker) != count or data.count(self._value_name) != count:
+        if len(found) != count or data.count(self._value_name) != count:
             return False
         groups: defaultdict = defaultdict(list)
-        for value, comm in found:  # grouped as read: no separate key and value columns (1.1x, measured)
+        for value, comm in found:  # grouped as read: no separate key and value columns
             groups[comm].append(value)
+        if self._misread_comm(groups, self.keys):
+            return False
         self._add_values(groups, _numbers)
         return True
 
@@ -339,8 +358,10 @@ class StreamAggregator:
         keys = None
         if self.keys:  # comm or pid, at the return: read on the returns' lines only (half the text)
             returns = list(compress(lines, map(not_, roles)))
-            keys = self._key_column(self.keys, b"\n".join(returns) + b"\n", returns) if returns else []
-            if keys is None:
+            text = b"\n".join(returns) + b"\n"
+            keys = self._key_column(self.keys, text, returns) if returns else []
+            # Paired as they are read, so checked before: the comm's name once on each return's line.
+            if keys is None or (self._comm_marker and text.count(self._comm_marker) != len(returns)):
                 return False
         entries = self._entries
         forget = entries.pop
