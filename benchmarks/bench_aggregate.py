@@ -8,8 +8,8 @@ and the user-space aggregator's rate on replayed events.
        python tests/kernel/harness.py shell debian-6.12 -- python3 benchmarks/bench_aggregate.py
 2. Replayed trace_pipe text (1M lines in the kernel's own layout, in 64 KiB blocks as the reader hands
    them over) through the aggregator's fast path, beside the general path (a LineParser Event per
-   line) on the same blocks, and beside the aggregator of another git revision (``--baseline main``:
-   its userspace.py loaded as it was there). Target: >= 1M events/s aggregated. Rates are per second
+   line) on the same blocks, and beside the aggregators of other git revisions (``--baseline main``, repeatable:
+   each one's userspace.py loaded as it was there). Target: >= 1M events/s aggregated. Rates are per second
    of this process's CPU time, the best of a few rounds in which the fast path and the baseline take
    turns: the machine is shared, and wall time measures the others.
 Usage: python benchmarks/bench_aggregate.py [--calls N] [--replay N] [--no-live] [--baseline REV]
@@ -157,7 +157,7 @@ def rates(makers: dict, data: list[bytes], total: int, rounds: int) -> dict[str,
     return {name: total / seconds for name, seconds in best.items()}
 
 
-def bench_replay(total: int, baseline: str | None) -> list[str]:
+def bench_replay(total: int, baselines: list[str]) -> list[str]:
     hits, pairs = replay_lines(total)
     work = [EventRole("work", "work")]  # hist, and count by a key: one probe
     probes = [EventRole("work", "work"), EventRole("nap", "nap")]  # count per probe tells two events apart
@@ -173,24 +173,24 @@ def bench_replay(total: int, baseline: str | None) -> list[str]:
         ("latency", Aggregation("latency"), latency, pairs),
         ("latency by comm", Aggregation("latency", keys=(Field("comm"),)), latency, pairs),
     ]
-    old = baseline_aggregator(baseline) if baseline else None
+    olds = {revision: baseline_aggregator(revision) for revision in baselines}
     lines = [say(f"2. replayed events ({total:,} lines in {BLOCK // 1024} KiB blocks), events per CPU second "
                  "aggregated (feed + take), best of 5 (general: of 2); target >= 1,000,000"),
              say(f"   {'':<22} {'fast path':>12} {'general path':>13}"
-                 + (f" {baseline + ' fast':>14}" if old else "") + "   (general: an Event per line)")]
+                 + "".join(f" {revision + ' fast':>14}" for revision in olds) + "   (general: an Event per line)")]
     for name, model, roles, text in cases:
         data = blocks(text)
         makers = {"fast": lambda: StreamAggregator(model, roles, arguments, fast=True)}
-        if old:
-            old_class, old_role = old
+        for revision, (old_class, old_role) in olds.items():
             old_roles = [old_role(role.event, role.label, role.role) for role in roles]
-            makers["old"] = lambda: old_class(model, old_roles, arguments, fast=True)
+            makers[revision] = (lambda old_class=old_class, old_roles=old_roles:
+                                old_class(model, old_roles, arguments, fast=True))
         measured = rates(makers, data, total, 5)
         fast = measured["fast"]
         general = rates({"general": lambda: StreamAggregator(model, roles, arguments, fast=False)}, data, total, 2)
         row = f"   {name:<22} {fast:>12,.0f} {general['general']:>13,.0f}"
-        if old:
-            row += f" {measured['old']:>14,.0f}   = {fast / measured['old']:.2f} x {baseline}"
+        row += "".join(f" {measured[revision]:>14,.0f}" for revision in olds)
+        row += "".join(f"   = {fast / measured[revision]:.2f} x {revision}" for revision in olds)
         lines.append(say(row + f"   ({'ok' if fast >= 1_000_000 else 'BELOW TARGET'})"))
     return lines
 
@@ -200,7 +200,8 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=300_000, help="hits of the live flood")
     parser.add_argument("--replay", type=int, default=1_000_000, help="lines replayed")
     parser.add_argument("--no-live", action="store_true", help="only the replay (no root needed)")
-    parser.add_argument("--baseline", metavar="REV", help="also replay through the aggregator of this git revision")
+    parser.add_argument("--baseline", metavar="REV", action="append", default=[],
+                        help="also replay through the aggregator of this git revision (repeatable)")
     args = parser.parse_args()
     if not args.no_live:
         if os.geteuid() != 0 or not Path("/sys/kernel/tracing/uprobe_events").exists():

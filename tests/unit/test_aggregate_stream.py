@@ -150,3 +150,80 @@ def test_latency_by_the_comm_both_probes_captured():
     fast, general = both_paths(aggregation, lines, roles, {"comm": "kptui_comm"})
     assert fast == general and fast.count == 150
     assert {entry.key[0] for entry in fast.entries} == {COMMS[i % len(COMMS)] for i in range(1, 300, 2)}
+
+
+# Comms a thread may give itself (prctl PR_SET_NAME: any bytes but NUL, 15 of them; 16 fills "%16s"):
+# spaces, dashes and digits that look like the header's "-PID", and the names our probes print.
+HOSTILE_COMMS = ["a b", "-", "--1-2", "x-123", "1234567", "7-7 [001] .....", " lead", "trail ", "  ", "",
+                 "0123456789abcde", "0123456789abcdef", "<...>", "len=5 ", "x len=7", "kptui_comm=\"q",
+                 " kptui_comm=\"", "a kptui_comm=\"x", "sshd", "nginx: worker"]
+
+
+def small_blocks(aggregation: Aggregation, lines: list[str], roles: list[EventRole], arguments: dict):
+    """Both paths' results on blocks of 5 lines (most hold a hostile comm); the fast path read some."""
+    results = []
+    for fast in (True, False):
+        aggregator = StreamAggregator(aggregation, roles, arguments, fast=fast)
+        for start in range(0, len(lines), 5):
+            aggregator.feed(("\n".join(lines[start:start + 5]) + "\n").encode())
+        results.append(summarize(aggregation, aggregator.take(), "user", 0, 1))
+        assert not fast or aggregator.fast_blocks > 0
+    return results
+
+
+def hostile_lines(count: int, seed: int, entry_return: bool = False) -> tuple[list[str], list[tuple[str, int]]]:
+    """Lines whose captured comm (and string argument) is hostile, the header's the same or another (a renamed thread, a comm
+    the kernel did not save), and (comm, value) for every line: what a right answer is made of."""
+    rng = random.Random(seed)
+    lines, truth = [], []
+    for i in range(count):
+        comm = rng.choice(HOSTILE_COMMS)
+        shown = comm if rng.random() < 0.7 else rng.choice(HOSTILE_COMMS)
+        pid = rng.choice([7, 1234, 99999]) if not entry_return else 4242
+        value = rng.choice([-5, 0, 1, 3, 100, 70000])
+        if entry_return:
+            event = "nap" if i % 2 == 0 else "nap__return"
+            body = "(0x55663694b159)" if i % 2 == 0 else "(0x55663694b202 <- 0x55663694b159)"
+            value = 10 * (i + 1)
+        else:
+            event, body = "work", f"(0x55663694b159) len={value} port=13568"
+            if rng.random() < 0.2:  # a string argument (a filter's) before the comm: it may hold the comm's name
+                body += f' path="{rng.choice(HOSTILE_COMMS)}"'
+        lines.append(line(shown, pid, 1_000 + 10 * i * i, event, f'{body} kptui_comm="{comm}"'))
+        truth.append((comm, value))
+    return lines, truth
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_hostile_comms_are_keyed_by_what_the_probe_captured(seed):
+    """Every block (chunks of 5 lines: most hold a hostile comm) gives exactly the right answer by either
+    path; the fast path takes what it can (a block it cannot read exactly goes down the general path)."""
+    lines, truth = hostile_lines(2000, seed)
+    hist = Aggregation("hist", keys=(Field("comm"),), value=Field("len"))
+    count = Aggregation("count", keys=(Field("comm"), Field("pid")))
+    expected_sums: dict = {}
+    for comm, value in truth:
+        hits, total = expected_sums.get((comm,), (0, 0))
+        expected_sums[(comm,)] = (hits + 1, total + value)
+    for aggregation in (hist, count):
+        fast_result, general_result = small_blocks(aggregation, lines, [EventRole("work", "work")], ARGUMENTS)
+        if aggregation is hist:
+            assert {entry.key: (entry.stats.count, entry.stats.sum) for entry in fast_result.entries} == expected_sums
+        else:
+            assert sum(entry.stats.count for entry in fast_result.entries) == len(lines)
+            assert {entry.key[0] for entry in fast_result.entries} == {comm for comm, _ in truth}
+
+
+def test_hostile_comms_time_the_right_latency():
+    """Latency by comm: the key is the comm the return captured, whatever its header shows."""
+    lines, truth = hostile_lines(1000, 4, entry_return=True)
+    aggregation = Aggregation("latency", keys=(Field("comm"),))
+    roles = [EventRole("nap", "nap", "entry"), EventRole("nap__return", "nap", "return")]
+    fast, general = small_blocks(aggregation, lines, roles, {"comm": "kptui_comm"})
+    assert fast == general
+    expected: dict = {}
+    for i in range(1, len(lines), 2):
+        latency = 10 * ((i * i) - (i - 1) * (i - 1))  # stamps 1000 + 10 i^2 us
+        hits, total = expected.get((truth[i][0],), (0, 0))
+        expected[(truth[i][0],)] = (hits + 1, total + latency)
+    assert {entry.key: (entry.stats.count, entry.stats.sum) for entry in fast.entries} == expected
