@@ -59,9 +59,10 @@ async def test_btf_only_flow_shows_the_file_name_that_cat_opens(tracefs, tmp_pat
             await until(pilot, lambda: source.fallback, "the source view falls back to BTF")
             assert "const char *filename" in str(source.query_one("#prototype").render())
             await pilot.press("enter")  # Entry
-            await until(pilot, lambda: isinstance(app.screen, ProbeBuilderScreen), "the builder opens")  # by a message
+            await until(pilot, lambda: isinstance(app.screen, ProbeBuilderScreen) and app.screen.is_mounted,
+                        "the builder opens")  # by a message
             builder = app.screen
-            assert isinstance(builder, ProbeBuilderScreen) and builder.query_one("#kind").value == "entry"
+            await until(pilot, lambda: builder.query_one("#kind").value == "entry", "the builder is set for an entry probe")
             tree = builder.query_one(VariableTree)
             await until(pilot, lambda: tree.root.children, "the BTF parameters are in the tree")
             names = [node.data.name for node in tree.root.children]
