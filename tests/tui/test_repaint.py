@@ -135,8 +135,8 @@ async def test_a_cursor_move_repaints_only_the_two_lines_it_changes(make, fill):
 
 @WIDGETS
 async def test_what_a_move_leaves_on_screen_is_what_a_full_repaint_draws(make, fill):
-    """Moves within the screen, moves that scroll, a page and a click: after each, the screen is the
-    same before and after the whole widget is repainted."""
+    """Moves within the screen, moves that scroll, pages, clicks and a burst of moves in one frame:
+    after each, the screen is the same before and after the whole widget is repainted."""
     app = Host(make())
     async with app.run_test(size=SIZE) as pilot:
         view = await filled(fill, pilot)
@@ -155,6 +155,10 @@ async def test_what_a_move_leaves_on_screen_is_what_a_full_repaint_draws(make, f
             assert cursor_line(view) == row
             assert shown == await fully_repainted(pilot, view), f"stale lines after a click on line {row}"
         assert int(view.scroll_offset.y) == top
+        for delta in (1, 1, -1, 3, -2, 1):  # typing fast: several moves between two frames
+            view.action_move(delta)
+        shown = await settled(pilot)
+        assert shown == await fully_repainted(pilot, view), "stale lines after moves between two frames"
 
 
 def refilter_function_list(view: FunctionList) -> None:
