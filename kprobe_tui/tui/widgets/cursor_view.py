@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from textual import events
 from textual.binding import Binding
+from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 
 
@@ -11,6 +12,8 @@ class CursorView(ScrollView, can_focus=True):
     """Rows ``0..row_count()-1`` drawn below ``header_lines`` fixed lines; subclasses render them.
 
     ``cursor_moved(previous)`` runs after every move, so a subclass can post its own message.
+    The cursor is a reactive: a move repaints the two rows whose look changed, not the view (a
+    scroll repaints all of it by itself; new rows are the subclass's to repaint).
     """
 
     BINDINGS = [
@@ -21,10 +24,13 @@ class CursorView(ScrollView, can_focus=True):
         Binding("home", "jump(0)", "First", show=False),
     ]
     header_lines = 0
+    cursor: reactive[int] = reactive(0, repaint=False, init=False)
 
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.cursor = 0
+    def watch_cursor(self, previous: int, cursor: int) -> None:
+        top = int(self.scroll_offset.y)
+        for row in (previous, cursor):
+            if top <= row < min(top + self.page_height, self.row_count()):  # on screen (else a scroll follows)
+                self.refresh_line(row + self.header_lines)  # a line of the virtual canvas, below the header
 
     def row_count(self) -> int:
         raise NotImplementedError
@@ -45,7 +51,6 @@ class CursorView(ScrollView, can_focus=True):
             self.scroll_to(y=self.cursor, animate=False, immediate=True)
         elif self.cursor >= top + self.page_height:
             self.scroll_to(y=self.cursor - self.page_height + 1, animate=False, immediate=True)
-        self.refresh()
         self.cursor_moved(previous)
 
     def action_move(self, delta: int) -> None:

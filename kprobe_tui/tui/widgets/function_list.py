@@ -73,6 +73,7 @@ class FunctionList(CursorView):
             except ValueError:
                 pass
         self.cursor = -1  # a new result: always announce the row under the cursor
+        self.refresh()  # every row may be another (the virtual size, when it changes, repaints only then)
         self.move_cursor(index)
 
     @property

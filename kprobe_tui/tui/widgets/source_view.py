@@ -14,6 +14,7 @@ from textual import events
 from textual.binding import Binding, BindingType
 from textual.geometry import Size
 from textual.message import Message
+from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
@@ -23,7 +24,11 @@ NUMBER_WIDTH = 9  # perf's "%7d  " column
 
 
 class SourceView(ScrollView, can_focus=True):
-    """Rows are source lines (1-based); probeable ones carry perf's number relative to ``number_base``."""
+    """Rows are source lines (1-based); probeable ones carry perf's number relative to ``number_base``.
+
+    The cursor is a reactive: a move repaints the two lines whose look changed, not the view (a
+    scroll repaints all of it by itself).
+    """
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {"source-view--probeable", "source-view--number", "source-view--cursor",
                          "source-view--dim"}
@@ -51,12 +56,19 @@ class SourceView(ScrollView, can_focus=True):
             super().__init__()
             self.line = line
 
+    cursor: reactive[int] = reactive(1, repaint=False, init=False)
+
+    def watch_cursor(self, previous: int, cursor: int) -> None:
+        top, height = int(self.scroll_offset.y), self.scrollable_content_region.height
+        for line in (previous, cursor):
+            if top < line <= min(top + height, len(self.texts)):  # on screen (else a scroll follows)
+                self.refresh_line(line - 1)  # a line of the virtual canvas
+
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.texts: list[str] = []
         self.probeable: set[int] = set()
         self.number_base = 0
-        self.cursor = 1
         self._centre_pending = False
 
     def show(self, texts: list[str], probeable: set[int], offset: int, cursor: int) -> None:
@@ -107,7 +119,6 @@ class SourceView(ScrollView, can_focus=True):
             return
         self.cursor = line
         self._scroll_to_cursor()
-        self.refresh()
         self.post_message(self.CursorMoved(line, line in self.probeable))
 
     def _scroll_to_cursor(self, center: bool = False) -> None:
