@@ -450,7 +450,9 @@ class DebugInfo:
                         f"probe at {where} instead")
 
     def _best_scope(self, unit: dw.CUData, address: int, function: str, decl_file: str | None):
-        """perf's find_best_scope: the outermost function or inlined copy at the address named as asked."""
+        """perf's find_best_scope: the outermost function or inlined copy at the address named as asked; else
+        (a line of another function inlined there) the real function, as its find_inner_scope_cb takes the
+        first scope cu_walk_functions_at visits: -V then lists the real function's variables too."""
         scope = self.real_function_at(unit.cu, address)
         chain = []
         while scope is not None:
@@ -463,7 +465,7 @@ class DebugInfo:
                 continue
             if _matches(candidate, function):
                 return candidate
-        return chain[-1] if chain else None
+        return chain[0] if chain else None
 
     def _point(self, scope, address: int, spec: PointSpec, line: int, file: str | None, externs: bool,
                ranges: bool = False) -> ProbePoint:

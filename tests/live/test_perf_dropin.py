@@ -273,3 +273,21 @@ def test_vars_range_filters_on_the_name_where_perf_filters_on_the_whole_line(ran
     wanted = [line for line in everything.splitlines(keepends=True) if line.split("\t")[4:5] == ["sum"]]
     assert len(wanted) == 1
     assert (mine.returncode, mine.stdout) == (0, "".join(everything.splitlines(keepends=True)[:2] + wanted))
+
+
+@pytest.fixture(scope="module")
+def aggregate_prog(tmp_path_factory) -> Path:
+    if not os.access(PERF, os.X_OK) or shutil.which("gcc") is None:
+        pytest.skip("needs /usr/bin/perf (linux-perf) and gcc")
+    out = tmp_path_factory.mktemp("perfscope") / f"aggregate_{os.getpid()}"
+    subprocess.run(["gcc", "-g", "-O2", "-o", str(out), str(C_DIR / "aggregate.c")], check=True)
+    return out
+
+
+@pytest.mark.parametrize("words", [["-V", "work:9"], ["-V", "work:9", "--range"], ["-V", "rec:31"]])
+def test_vars_at_a_line_of_another_function_list_the_real_functions_variables(aggregate_prog, words):
+    """work:9 is a line of sleep_ms (declared after work), inlined into nap and rec; rec:31 a line of main.
+    No scope there is named work (or rec): perf then takes the real function (nap, rec, main) as the scope,
+    and lists its variables (nap's ms, rec's depth, main's argc) besides the inlined copy's."""
+    theirs, _ = same(["-x", str(aggregate_prog), *words])
+    assert theirs.returncode == 0 and re.search(r"\t\t(\[VAL\]\t)?long int\t(ms|depth)\b|\tint\targc\n", theirs.stdout)
