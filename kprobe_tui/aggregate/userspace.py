@@ -129,12 +129,13 @@ class StreamAggregator:
         self._patterns = {name: re.compile(re.escape(arguments[name].encode()) + b"=" + _NUMBER)
                           for name in columns if name in arguments and name != "comm"}
         self._comm_marker = b""
-        self._value_and_comm = None  # a histogram by the captured comm alone: both columns in one regex pass
+        self._value_and_comm: re.Pattern[bytes] | None = None  # a histogram by the captured comm alone: both columns in one regex pass
         if "comm" in arguments:  # the probe's own $comm, captured last: the rest of the line
             self._comm_marker = arguments["comm"].encode() + b'="'
             self._patterns["comm"] = re.compile(re.escape(self._comm_marker) + b'(.*)"\n')
-            if aggregation.kind == "hist" and self.keys == ["comm"] and aggregation.value.name in arguments:
-                self._value_name = arguments[aggregation.value.name].encode() + b"="
+            value = aggregation.histogram_value if aggregation.kind == "hist" else None
+            if value is not None and self.keys == ["comm"] and value.name in arguments:
+                self._value_name = arguments[value.name].encode() + b"="
                 # The arguments between them a word at a time: "[^\n]*" to the line's end and back to the
                 # comm's name cost 1.2x as much (measured).
                 self._value_and_comm = re.compile(re.escape(self._value_name) + _NUMBER + b" (?:[^ \n]* )*?"
@@ -323,6 +324,7 @@ class StreamAggregator:
         a time: two passes cost 1.3x as much, measured): a match ends its line, so as many matches as lines is one a line; the value's name
         must be there once a line (another argument ending in the name, a comm containing it: the general
         path), so the one match read the value and (``_misread_comm``) the comm the general path reads."""
+        assert self._value_and_comm is not None  # chosen only when the pattern was made
         found = self._value_and_comm.findall(data)
         count = len(lines)
         if len(found) != count or data.count(self._value_name) != count:

@@ -416,8 +416,6 @@ def _vars(command: PerfCommand) -> int:
     from kprobe_tui.debuginfo.scope import PointSpec
 
     chosen = _filter(command) if command.filters else None
-    if command.range:
-        raise PerfUsageError("--range is not supported by kprobe-tui yet", "kprobe-tui vars --verbose says where each variable lives")
     for definition in command.definitions:
         words = definition.words
         if len(words) != 1:
@@ -428,7 +426,7 @@ def _vars(command: PerfCommand) -> int:
             raise _failed(exc, perfargs.USAGE) from None
         try:
             info = open_target(replace_target(_target_args(command), definition))
-            points = info.probe_points(spec, externs=command.externs)
+            points = info.probe_points(spec, externs=command.externs, ranges=command.range)
         except UserError as exc:
             raise _failed(exc, ENOENT) from None
         if command.no_inlines:
@@ -439,7 +437,7 @@ def _vars(command: PerfCommand) -> int:
         if chosen is not None:
             for point in points:
                 point.variables = [v for v in point.variables if chosen.matches(v.name)]
-        sys.stdout.write(printable(format_points(spec, points, verbose=False), keep="\n\t"))
+        sys.stdout.write(printable(format_points(spec, points, verbose=False, ranges=command.range), keep="\n\t"))
     return 0
 
 

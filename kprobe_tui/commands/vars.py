@@ -24,8 +24,11 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument("spec", metavar="SPEC", help="FUNC, FUNC:LINE (relative), FUNC%%return or FUNC@FILE")
     parser.add_argument("--externs", action="store_true", help="also list global and static variables")
-    parser.add_argument("--verbose", action="store_true",
-                        help="say where each variable lives, and list those perf cannot capture here")
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("--verbose", action="store_true",
+                       help="say where each variable lives, and list those perf cannot capture here")
+    shown.add_argument("--range", action="store_true",
+                       help="as perf probe -V --range: where in the function each variable has a location")
     parser.set_defaults(run=run)
 
 
@@ -36,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     info = open_target(args)
     # The listing depends only on the DWARF and these words: asked again, it comes from the
     # index without parsing DWARF (nor importing pyelftools, a third of such a run).
-    question = f"vars {spec} externs={args.externs} verbose={args.verbose} units=all"
+    question = f"vars {spec} externs={args.externs} verbose={args.verbose} range={args.range} units=all"
     text = info.index.answer(question)
     if text is None:
         text = _listing(info, spec, args)
@@ -48,8 +51,8 @@ def run(args: argparse.Namespace) -> int:
 def _listing(info, spec, args: argparse.Namespace) -> str:
     from kprobe_tui.debuginfo.describe import format_points
 
-    points = info.probe_points(spec, externs=args.externs)
+    points = info.probe_points(spec, externs=args.externs, ranges=args.range)
     if not points:
         raise UserError(f"Failed to find the address of {spec}",
                         "the line may have no code of its own: `kprobe-tui lines` shows the probeable ones")
-    return format_points(spec, points, args.verbose)
+    return format_points(spec, points, args.verbose, args.range)

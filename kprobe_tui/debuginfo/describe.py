@@ -50,11 +50,31 @@ def describe_location(variable: Variable, point: ProbePoint) -> str:
     return text
 
 
-def format_points(spec: PointSpec, points: list[ProbePoint], verbose: bool) -> str:
+def range_entry(variable: Variable, point: ProbePoint) -> str | None:
+    """perf -V --range's entry for a variable: [VAL] (located at the address), [INV] (a local located only
+    later) or [EXT] (a global, for --externs, without ranges), then where in the function it has a
+    location, as offsets from the function's entry. None where perf leaves it out (no location of its own)."""
+    if variable.in_unit:
+        return f"[EXT]\t{variable.type_name}\t{variable.name}"
+    if variable.valid_in is None:
+        return None
+    base = point.address - point.offset
+    # perf prints the offsets unsigned: a range before the entry (a .cold part) wraps, as here
+    spans = ",".join(f"{(low - base) % 2**64}-{(high - base) % 2**64}" for low, high in variable.valid_in)
+    where = f"@<{point.function}+[{spans}]>" if spans else ""
+    return f"{'[VAL]' if variable.located_here else '[INV]'}\t{variable.type_name}\t{variable.name}\t{where}"
+
+
+def format_points(spec: PointSpec, points: list[ProbePoint], verbose: bool, ranges: bool = False) -> str:
+    """perf -V's listing (``ranges``: -V --range's); ``verbose`` adds what perf hides and where each variable lives."""
     out = [f"Available variables at {spec}\n"]
     for point in points:
         out.append(f"\t@<{point.function}+{point.offset}>\n")
-        listed = sorted({f"{v.type_name}\t{v.name}" for v in point.variables if v.listed_by_perf})
+        if ranges:
+            entries = (range_entry(v, point) for v in point.variables if v.listed_by_perf)
+            listed = sorted({entry for entry in entries if entry is not None})
+        else:
+            listed = sorted({f"{v.type_name}\t{v.name}" for v in point.variables if v.listed_by_perf})
         if verbose:
             for variable in sorted(point.variables, key=lambda v: (not v.listed_by_perf, v.type_name, v.name)):
                 mark = "" if variable.listed_by_perf else "[not capturable] "

@@ -171,8 +171,9 @@ class CUData:
         return found
 
 
-def ranges_of(die, units: Units) -> list[tuple[int, int]]:
-    """[low, high) address ranges of a DIE: low_pc/high_pc or DW_AT_ranges (DWARF4 and 5)."""
+def ranges_of(die, units: Units, keep_empty: bool = False) -> list[tuple[int, int]]:
+    """[low, high) address ranges of a DIE: low_pc/high_pc or DW_AT_ranges (DWARF4 and 5); ``keep_empty``:
+    empty entries of DW_AT_ranges too, as elfutils' dwarf_ranges gives them (perf -V --range prints them)."""
     from elftools.dwarf.ranges import RangeEntry
 
     attrs = die.attributes
@@ -201,7 +202,7 @@ def ranges_of(die, units: Units) -> list[tuple[int, int]]:
                 result.append((base + entry.begin_offset, base + entry.end_offset))
         else:
             base = entry.base_address
-    return [r for r in result if r[0] < r[1]]
+    return result if keep_empty else [r for r in result if r[0] < r[1]]
 
 
 def _rnglistx_offset(die, index: int) -> int:

@@ -35,7 +35,7 @@ from kprobe_tui.debuginfo.locate import (
     find_vmlinux,
     source_path,
 )
-from kprobe_tui.debuginfo.locexpr import location_at, location_ranges
+from kprobe_tui.debuginfo.locexpr import LocationList, location_at, location_entries, location_ranges
 from kprobe_tui.debuginfo.symbols import FunctionSymbols
 from kprobe_tui.elf import ElfFile
 from kprobe_tui.errors import UserError
@@ -79,6 +79,9 @@ class Variable:
     const_value: int | bytes | None = None  # DW_AT_const_value: no storage, the value itself
     location_range: tuple[int, int] | None = None  # the location-list entry covering the address
     listed_by_perf: bool = False  # perf probe -V shows it (perf only looks at the first op)
+    located_here: bool = True  # False: a local located only later in the function (perf --range's [INV])
+    in_unit: bool = False  # a global or static of the unit, listed for --externs (perf --range's [EXT])
+    valid_in: list[tuple[int, int]] | None = None  # with ranges asked: where it has a location (perf --range)
 
 
 @dataclass
@@ -395,8 +398,9 @@ class DebugInfo:
 
     @one_question_at_a_time
     @reports_corruption(_debug_file)
-    def probe_points(self, spec: str | PointSpec, externs: bool = False) -> list[ProbePoint]:
-        """The addresses perf probe would use for a spec, each with the variables perf -V lists."""
+    def probe_points(self, spec: str | PointSpec, externs: bool = False, ranges: bool = False) -> list[ProbePoint]:
+        """The addresses perf probe would use for a spec, each with the variables perf -V lists (``ranges``:
+        as -V --range lists them, with where in the function each has a location)."""
         spec = spec if isinstance(spec, PointSpec) else PointSpec.parse(spec)
         definitions = self.definitions_in_every_unit(spec.function, spec.file)
         if not definitions:
@@ -404,7 +408,7 @@ class DebugInfo:
                             "check the spelling, or give FUNC@FILE for a static function")
         points: list[ProbePoint] = []
         for die in definitions:  # every unit's: perf probes a static function of each file, each inlining unit
-            points += self._points_of(die, spec, externs)
+            points += self._points_of(die, spec, externs, ranges)
         if spec.is_return:
             points = [p for p in points if not p.is_inline]
         unique: dict[int, ProbePoint] = {}
@@ -455,7 +459,7 @@ class DebugInfo:
                 best, distance = candidate, line - declared
         return best
 
-    def _points_of(self, die, spec: PointSpec, externs: bool) -> list[ProbePoint]:
+    def _points_of(self, die, spec: PointSpec, externs: bool, ranges: bool) -> list[ProbePoint]:
         """perf's probe_point_search_cb on one unit's definition: a line in it, its entry, or the entries
         of its concrete copies (out-of-line and inlined) when it is an abstract inline function."""
         unit = self.units.of(die.cu)
@@ -467,16 +471,16 @@ class DebugInfo:
                 self._check_line_owns(unit, spec, decl_file, target, address)
                 scope = self._best_scope(unit, address, spec.function, decl_file)
                 if scope is not None:
-                    points.append(self._point(scope, address, spec, target, decl_file, externs))
+                    points.append(self._point(scope, address, spec, target, decl_file, externs, ranges))
         elif dw.is_func_instance(die):
             entry = dw.entry_pc(die, self.units)
             if entry:
-                points.append(self._point(die, entry, spec, dw.decl_line(die), decl_file, externs))
+                points.append(self._point(die, entry, spec, dw.decl_line(die), decl_file, externs, ranges))
         else:
             for instance in self.instances_of(die):
                 entry = dw.entry_pc(instance, self.units)
                 if entry:
-                    points.append(self._point(instance, entry, spec, dw.decl_line(die), decl_file, externs))
+                    points.append(self._point(instance, entry, spec, dw.decl_line(die), decl_file, externs, ranges))
         return points
 
     def _check_line_owns(self, unit: dw.CUData, spec: PointSpec, file: str, line: int, address: int) -> None:
@@ -494,7 +498,9 @@ class DebugInfo:
                         f"probe at {where} instead")
 
     def _best_scope(self, unit: dw.CUData, address: int, function: str, decl_file: str | None):
-        """perf's find_best_scope: the outermost function or inlined copy at the address named as asked."""
+        """perf's find_best_scope: the outermost function or inlined copy at the address named as asked; else
+        (a line of another function inlined there) the real function, as its find_inner_scope_cb takes the
+        first scope cu_walk_functions_at visits: -V then lists the real function's variables too."""
         chain = self._scopes_at(unit, address)
         for candidate in chain:
             file = unit.file_name(dw.decl_file_index(candidate))
@@ -502,7 +508,7 @@ class DebugInfo:
                 continue
             if _matches(candidate, function):
                 return candidate
-        return chain[-1] if chain else None
+        return chain[0] if chain else None
 
     def _scopes_at(self, unit: dw.CUData, address: int) -> list:
         """perf's cu_walk_functions_at: the real function at the address, then each inlined copy in it, outermost first."""
@@ -514,7 +520,8 @@ class DebugInfo:
                                  and dw.has_pc(d, address, self.units) else dw.FIND_CONTINUE)
         return chain
 
-    def _point(self, scope, address: int, spec: PointSpec, line: int, file: str | None, externs: bool) -> ProbePoint:
+    def _point(self, scope, address: int, spec: PointSpec, line: int, file: str | None, externs: bool,
+               ranges: bool = False) -> ProbePoint:
         function = scope if dw.is_func_def(scope) else self.real_function_at(scope.cu, address)
         entry = dw.entry_pc(function, self.units) if function is not None else None
         if function is not None and entry is not None:
@@ -534,12 +541,13 @@ class DebugInfo:
             scope=dw.name_of(scope),
         )
         if function is not None:
-            point.variables = self.variables_at(scope, function, address, externs)
+            point.variables = self.variables_at(scope, function, address, externs, ranges)
         return point
 
     @one_question_at_a_time
-    def variables_at(self, scope, function, address: int, externs: bool = False) -> list[Variable]:
-        """Parameters and locals visible at an address (perf's collect_variables_cb), listed or not."""
+    def variables_at(self, scope, function, address: int, externs: bool = False, ranges: bool = False) -> list[Variable]:
+        """Parameters and locals visible at an address (perf's collect_variables_cb), listed or not;
+        ``ranges``: also locals located only later in the function, and where each has a location."""
         frame = location_at(function, "DW_AT_frame_base", address, self.units)
         frame_base = frame.ops if frame else None
         entry = dw.entry_pc(function, self.units)
@@ -547,7 +555,7 @@ class DebugInfo:
 
         def visit(die):
             if die.tag in ("DW_TAG_formal_parameter", "DW_TAG_variable"):
-                found.append(self._variable(die, address, frame_base, function, entry))
+                found.append(self._variable(die, address, frame_base, function, entry, ranges))
             return dw.FIND_CONTINUE if dw.has_pc(die, address, self.units) else dw.FIND_SIBLING
 
         dw.iter_tree(scope, visit)
@@ -555,9 +563,10 @@ class DebugInfo:
             for die in die_children(scope.cu.get_top_DIE()):
                 if die.tag in ("DW_TAG_formal_parameter", "DW_TAG_variable"):
                     found.append(self._variable(die, address, frame_base, function, entry))
+                    found[-1].in_unit = True
         return found
 
-    def _variable(self, die, address: int, frame_base, function, entry) -> Variable:
+    def _variable(self, die, address: int, frame_base, function, entry, ranges: bool = False) -> Variable:
         name = dw.name_of(die) or "(anonymous)"
         type_die = dw.ref(die, "DW_AT_type")
         spelled = dw.type_name(die)
@@ -578,18 +587,38 @@ class DebugInfo:
             found = location_at(die, "DW_AT_location", address, self.units)
             if found is None and variable.is_param and address == entry:
                 found = self._first_location_after(die, function, address)
+            elif found is None and ranges and not variable.is_param:
+                # perf's -ERANGE: with --range, a local located later in the function is listed as [INV]
+                found = self._first_location_after(die, function, address)
+                variable.located_here = False
             if found is not None and found.ops:
-                variable.location, variable.location_range = found.ops, found.range
+                if variable.located_here:
+                    variable.location, variable.location_range = found.ops, found.range
                 first = found.ops[0][0]
                 variable.is_external = first == "DW_OP_addr"
                 variable.listed_by_perf = bool(SUPPORTED_FIRST_OPS.match(first)) and (
                     first != "DW_OP_fbreg" or frame_base is not None)
         variable.listed_by_perf = variable.listed_by_perf and not any(
             fnmatch.fnmatchcase(name, pattern) for pattern in DEFAULT_FILTER)
+        if ranges:
+            variable.valid_in = self._valid_ranges(die)
         return variable
 
+    def _valid_ranges(self, die) -> list[tuple[int, int]] | None:
+        """perf's die_get_var_range: the entries of the variable's own location list, in order, empty ones
+        too; for a single expression, the ranges of the scope that declares it. None without a
+        DW_AT_location of its own (a constant, a declaration): perf then leaves the variable out."""
+        entries = location_entries(die, "DW_AT_location", self.units)
+        if entries is None:
+            return None
+        if isinstance(entries, LocationList):
+            return [(low, high) for low, high, _ in entries]
+        parent = die.get_parent()
+        return dw.ranges_of(parent, self.units, keep_empty=True) if parent is not None else None
+
     def _first_location_after(self, die, function, address: int):
-        """perf's fentry fuzz: a parameter without a location at entry takes its first one in the body."""
+        """perf's fentry fuzz: a parameter without a location at entry takes its first one in the body
+        (with --range, so does a local at any address: the [INV] ones)."""
         ranges = location_ranges(die, self.units)
         if not ranges or "DW_AT_high_pc" not in function.attributes:
             return None  # perf asks dwarf_highpc, which fails for a function in several ranges

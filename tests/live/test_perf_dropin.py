@@ -290,3 +290,64 @@ def test_a_pattern_matching_no_line_is_refused_where_perf_probes_the_entry(prog)
     assert theirs.returncode == 0 and theirs.stdout == perf("-x", str(prog), "-D", "lab_open").stdout
     assert mine.returncode == 254 and mine.stdout == "" and "'*nothing*': no probeable line of lab_open matches" in mine.stderr
     assert perf("-x", str(prog), "-D", "perflab.c;*nothing*").returncode == kprobe_tui("-x", str(prog), "-D", "perflab.c;*nothing*").returncode == 254
+
+
+@pytest.fixture(scope="module")
+def rangelab(tmp_path_factory) -> Path:
+    if not os.access(PERF, os.X_OK) or shutil.which("gcc") is None:
+        pytest.skip("needs /usr/bin/perf (linux-perf) and gcc")
+    out = tmp_path_factory.mktemp("perfrange") / f"rangelab_{os.getpid()}"
+    subprocess.run(["gcc", "-g", "-O2", "-o", str(out), str(C_DIR / "rangelab.c")], check=True)
+    return out
+
+
+@pytest.mark.parametrize("words", [
+    ["-V", "range_walk", "--range"],  # [INV] locals whose location starts later; location lists; a static local
+    ["-V", "range_walk:10", "--range"],  # inside the loop: block-scoped locals, an empty entry (64-64)
+    ["-V", "range_walk:16", "--range"],
+    ["-V", "range_mix", "--range"],  # an inlined copy: offsets from the function it was inlined into
+    ["-V", "range_walk", "--range", "--externs"],  # globals as [EXT], without ranges
+    ["-V", "range_walk", "-V", "range_mix", "--range"],
+])
+def test_vars_range_prints_what_perf_prints(rangelab, words):
+    """-V --range: each variable as [VAL] (located at the address) or [INV] (a local located only later
+    in the function), and where in the function it has a location: its location list's entries, or the
+    ranges of its scope for a single expression; byte for byte, and so is `kprobe-tui vars --range`."""
+    theirs, _ = same(["-x", str(rangelab), *words])
+    assert theirs.returncode == 0 and "+[" in theirs.stdout
+    if words.count("-V") == 1:
+        mine = kprobe_tui("-x", str(rangelab), *[word for word in words if word != "-V"], command="vars")
+        assert (mine.returncode, mine.stdout) == (0, theirs.stdout), mine.stderr
+    if words[1] == "range_walk":
+        assert re.search(r"\t\t\[INV\]\tlong int\tsum\t@<range_walk\+\[\d+-\d+,\d+-\d+", theirs.stdout)
+
+
+def test_vars_range_filters_on_the_name_where_perf_filters_on_the_whole_line(rangelab):
+    """perf 6.1 bug: with --range it matches --filter against the line after [VAL] ("long int\\tsum\\t@<...>"),
+    so a variable's name never matches and perf says "(No matched variables)". kprobe-tui filters on the
+    name, as without --range, and prints the very line perf prints for that variable unfiltered."""
+    words = ["-x", str(rangelab), "-V", "range_walk", "--range"]
+    everything = perf(*words).stdout
+    theirs, mine = perf(*words, "--filter", "sum"), kprobe_tui(*words, "--filter", "sum")
+    assert theirs.stdout.endswith("\t\t(No matched variables)\n")
+    wanted = [line for line in everything.splitlines(keepends=True) if line.split("\t")[4:5] == ["sum"]]
+    assert len(wanted) == 1
+    assert (mine.returncode, mine.stdout) == (0, "".join(everything.splitlines(keepends=True)[:2] + wanted))
+
+
+@pytest.fixture(scope="module")
+def aggregate_prog(tmp_path_factory) -> Path:
+    if not os.access(PERF, os.X_OK) or shutil.which("gcc") is None:
+        pytest.skip("needs /usr/bin/perf (linux-perf) and gcc")
+    out = tmp_path_factory.mktemp("perfscope") / f"aggregate_{os.getpid()}"
+    subprocess.run(["gcc", "-g", "-O2", "-o", str(out), str(C_DIR / "aggregate.c")], check=True)
+    return out
+
+
+@pytest.mark.parametrize("words", [["-V", "work:9"], ["-V", "work:9", "--range"], ["-V", "rec:31"]])
+def test_vars_at_a_line_of_another_function_list_the_real_functions_variables(aggregate_prog, words):
+    """work:9 is a line of sleep_ms (declared after work), inlined into nap and rec; rec:31 a line of main.
+    No scope there is named work (or rec): perf then takes the real function (nap, rec, main) as the scope,
+    and lists its variables (nap's ms, rec's depth, main's argc) besides the inlined copy's."""
+    theirs, _ = same(["-x", str(aggregate_prog), *words])
+    assert theirs.returncode == 0 and re.search(r"\t\t(\[VAL\]\t)?long int\t(ms|depth)\b|\tint\targc\n", theirs.stdout)
