@@ -115,15 +115,20 @@ class ProbeTarget:
     @cached_property
     def readme(self) -> str:
         """tracefs README: whether this kernel takes $argN, BTF argument names, arguments at exit."""
-        return self._tolerant(lambda: self.tracefs.read("README") if self.tracefs.exists("README") else "", "")
+        tracefs = self.tracefs
+        if tracefs is None:
+            return ""
+        return self._tolerant(lambda: tracefs.read("README") if tracefs.exists("README") else "", "")
 
     def taken(self, group: str) -> list[str]:
         """Event names already in ``group`` (the kernel refuses a duplicate; defaults step aside)."""
-        return self._tolerant(lambda: [event.event for event in self.events.events_in(group)], [])
+        events = self.events
+        if events is None:
+            return []
+        return self._tolerant(lambda: [event.event for event in events.events_in(group)], [])
 
     def _tolerant(self, read, empty):
-        if self.tracefs is None:
-            return empty
+        """What ``read()`` answers; ``empty`` where tracefs cannot be read, unless ``strict``."""
         try:
             return read()
         except UserError:
@@ -232,7 +237,10 @@ def module_name(word: str) -> str:
     from kprobe_tui.debuginfo.modules import module_name as spelled
 
     if "/" in word or word.endswith((".ko", ".debug")):
-        return find_module_debuginfo(word).module
+        module = find_module_debuginfo(word).module
+        if module is None:
+            raise UserError(f"{word}: names no kernel module", "give -m with a module's name or its .ko file")
+        return module
     return spelled(word)
 
 
