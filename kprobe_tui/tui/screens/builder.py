@@ -46,7 +46,7 @@ from kprobe_tui.probes.form import (
 )
 from kprobe_tui.probes.spec import DEFAULT_PERSISTENT_GROUP
 from kprobe_tui.stream.filterexpr import COMMON_FIELDS
-from kprobe_tui.tui.navigation import ShowEvents
+from kprobe_tui.tui.navigation import Back, ShowEvents
 from kprobe_tui.tui.plain import plain
 from kprobe_tui.tui.theming import LAYOUT
 from kprobe_tui.tui.widgets.probe_preview import ProbePreview
@@ -360,7 +360,7 @@ class ProbeBuilderScreen(Screen):
 
     @on(Button.Pressed, "#cancel")
     def action_cancel(self) -> None:
-        self.dismiss(self.created)
+        self.post_message(Back())
 
     def _make(self, pin: bool) -> None:
         if self.events is None:
