@@ -57,7 +57,7 @@ IN_GUEST_ENV = "KPROBE_TUI_IN_GUEST"
 # since the aggregation tests (test_aggregate_guest.py: 2.2 minutes on 6.12). The kill timeout leaves
 # room for a loaded machine: with other test runs and a benchmark beside it, the 6.12 guest took 400 s
 # before those tests, and 360 s killed it. A hung guest then holds CI for 15 minutes at most.
-DEFAULT_TIMEOUT = 1800  # a guest runs ~10-12 min of tests unloaded (TCG); a loaded machine needs more
+DEFAULT_TIMEOUT = 1800  # the guest suite took 8-20 min per kernel here (TCG, the host busy with other tests): 15 was too short
 DEFAULT_SELECTION = ["-m", "kernel", "tests/kernel"]
 # 9p, its virtio transport, the virtio PCI bus and a virtio RNG (so getrandom() never waits for entropy).
 GUEST_MODULES = ["9p", "9pnet_virtio", "virtio_pci", "virtio_rng"]
