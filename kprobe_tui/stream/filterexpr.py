@@ -263,9 +263,11 @@ def _compare(node: Compare) -> Callable[[_Fields], bool]:
     def plain(row: _Fields) -> object:
         return row.get(field)
 
+    byte_order = transform or ""  # checked once here, not per event
+
     def swapped(row: _Fields) -> object:  # ntohs/ntohl: the value as the network wrote it
         value = row.get(field)
-        return swap_bytes(value, transform) if isinstance(value, int) and transform else None
+        return swap_bytes(value, byte_order) if isinstance(value, int) else None
 
     getter = swapped if transform else plain
     if op == "~":
