@@ -23,6 +23,7 @@ from kprobe_tui.probes.binary import BinaryCatalog
 from kprobe_tui.probes.symbols import ElfSymbols
 from kprobe_tui.tui.app import KprobeTui
 from kprobe_tui.tui.navigation import ShowEvents
+from kprobe_tui.tui.tracing import RunTracing
 from kprobe_tui.tui.screens.probes import ProbesScreen
 from kprobe_tui.tui.screens.stats import StatsRequest, StatsScreen
 from kprobe_tui.tui.widgets.function_list import FunctionList
@@ -65,6 +66,7 @@ def work_probe(program, tracefs_root, clean):
 
 async def running(pilot) -> StatsScreen:
     """The view on top, its run started (probes made, engine chosen)."""
+    await until(pilot, lambda: isinstance(pilot.app.screen, StatsScreen), "the view opens")
     screen = pilot.app.screen
     assert isinstance(screen, StatsScreen), screen
     await until(pilot, lambda: screen.choice is not None or screen.error, "the run starts")
@@ -128,17 +130,20 @@ async def test_from_the_probes_panel_counts_per_comm_then_per_captured_field(wor
         f"{ADMIN}/work"]
 
 
-async def test_from_the_events_screen_the_probe_being_tailed(work_probe):
+async def test_from_the_events_screen_the_probe_being_tailed(work_probe, tracefs_root):
     """``a`` while tailing one probe: the view of that probe, counting by comm; the tail goes on beside it."""
     from kprobe_tui.tui.screens.events import EventsScreen
 
     app = KprobeTui(locate(), BinaryCatalog(str(work_probe)))
     async with app.run_test(size=(80, 24)) as pilot:
-        app.post_message(ShowEvents([f"{ADMIN}/work"]))
-        await until(pilot, lambda: isinstance(app.screen, EventsScreen), "the events screen opens")
-        events = app.screen
-        assert isinstance(events, EventsScreen)
-        await pilot.press("a")
+        # The kernel is slow to make the tail's instance (as when another run's instance is going
+        # away: CI saw it): ``a`` pressed meanwhile is answered once the tail is up, not dropped.
+        with RunTracing.of(app, Tracefs(tracefs_root))._lock:
+            app.post_message(ShowEvents([f"{ADMIN}/work"]))
+            await until(pilot, lambda: isinstance(app.screen, EventsScreen), "the events screen opens")
+            events = app.screen
+            await pilot.press("a")
+            assert events.starting and app.screen is events
         screen = await running(pilot)
         assert screen.request.spec == ("work", "len=%di:s64", "port=%si:u16") and screen.request.key == "comm"
         run_workload(work_probe, "values", "100")

@@ -87,6 +87,7 @@ class EventsScreen(Screen):
         self.garbled = 0
         self.new_since_follow = 0
         self.starting = tracefs is not None
+        self.stats_asked = False  # ``a`` pressed while starting
         self.finished = False
         self.stopped_because = ""
         self.rates: dict[str, deque[float]] = {}
@@ -122,6 +123,9 @@ class EventsScreen(Screen):
         self.starting = False
         self.session = session
         self._show_status()
+        if self.stats_asked:
+            self.stats_asked = False
+            self.action_stats()
 
     def _cannot_record(self, exc: UserError) -> None:
         self.starting = False
@@ -331,6 +335,9 @@ class EventsScreen(Screen):
         """The statistics view of the probe being tailed: the highlighted event's, else the only one."""
         from kprobe_tui.tui.screens.stats import probe_request
 
+        if self.starting:  # pressed before the tail is up (a fast typist): answered once it is
+            self.stats_asked = True
+            return
         targets = self.session.targets if self.session is not None else []
         current = self.query_one(EventTable).current
         chosen = next((target for target in targets if current is not None and target[1] == current.event), None)
