@@ -103,21 +103,25 @@ def kernel_line(comm: str, pid: int, micros: int, event: str, body: str) -> str:
     return f"{comm:>16}-{pid:<7d} [{pid % 2:03d}] ..... {micros // 1_000_000:5d}.{micros % 1_000_000:06d}: {event}: {body}"
 
 
-def replay_lines(total: int) -> tuple[list[str], list[str]]:
-    """Hits of work() (len, port, comm captured) and entry/return pairs of nap(), as our probes print them."""
+def replay_lines(total: int, captured: tuple[str, ...], latency: bool = False) -> list[str]:
+    """Hits of work(), or entry/return pairs of nap(), as our probes print them when a run reads
+    ``captured`` (of len, port, comm): a run's probes capture only what it reads."""
     rng = random.Random(7)
     comms = ["kpt-alpha", "kpt beta-2", "sshd", "nginx: worker", "python3"]
-    hits, pairs = [], []
+    lines = []
     for i in range(total):
         comm = comms[i % len(comms)]
         pid = 1000 + i % 13
-        hits.append(kernel_line(comm, pid, 289_000_000 + i, "work",
-                                f'(0x55663694b159) len={rng.randrange(-300, 70000)} port=13568 kptui_comm="{comm}"'))
+        printed = {"len": f"len={rng.randrange(-300, 70000)}", "port": "port=13568", "comm": f'kptui_comm="{comm}"'}
+        args = "".join(f" {printed[name]}" for name in captured)
+        if not latency:
+            lines.append(kernel_line(comm, pid, 289_000_000 + i, "work", f"(0x55663694b159){args}"))
+            continue
         entry = i % 2 == 0
         site = "(0x55663694b159)" if entry else "(0x55663694b202 <- 0x55663694b159)"
-        pairs.append(kernel_line(comm, pid, 289_000_000 + i * 7, "nap" if entry else "nap__return",
-                                 f'{site} kptui_comm="{comm}"'))  # by comm, both probes capture it
-    return hits, pairs
+        lines.append(kernel_line(comm, pid, 289_000_000 + i * 7, "nap" if entry else "nap__return",
+                                 site if entry else site + args))  # latency reads its keys at the return
+    return lines
 
 
 def blocks(lines: list[str]) -> list[bytes]:
@@ -158,28 +162,27 @@ def rates(makers: dict, data: list[bytes], total: int, rounds: int) -> dict[str,
 
 
 def bench_replay(total: int, baselines: list[str]) -> list[str]:
-    hits, pairs = replay_lines(total)
     work = [EventRole("work", "work")]  # hist, and count by a key: one probe
     probes = [EventRole("work", "work"), EventRole("nap", "nap")]  # count per probe tells two events apart
     arguments = {"len": "len", "port": "port", "comm": "kptui_comm"}
     latency = [EventRole("nap", "nap", "entry"), EventRole("nap__return", "nap", "return")]
     cases = [
-        ("count per probe", Aggregation("count", keys=(Field("probe"),)), probes, hits),
-        ("count by comm", Aggregation("count", keys=(Field("comm"),)), work, hits),
-        ("count by pid", Aggregation("count", keys=(Field("pid"),)), work, hits),
-        ("count by ntohs(port)", Aggregation("count", keys=(Field("port", "ntohs"),)), work, hits),
-        ("hist of len", Aggregation("hist", value=Field("len")), work, hits),
-        ("hist of len by comm", Aggregation("hist", keys=(Field("comm"),), value=Field("len")), work, hits),
-        ("latency", Aggregation("latency"), latency, pairs),
-        ("latency by comm", Aggregation("latency", keys=(Field("comm"),)), latency, pairs),
+        ("count per probe", Aggregation("count", keys=(Field("probe"),)), probes, ()),
+        ("count by comm", Aggregation("count", keys=(Field("comm"),)), work, ("comm",)),
+        ("count by pid", Aggregation("count", keys=(Field("pid"),)), work, ()),
+        ("count by ntohs(port)", Aggregation("count", keys=(Field("port", "ntohs"),)), work, ("port",)),
+        ("hist of len", Aggregation("hist", value=Field("len")), work, ("len",)),
+        ("hist of len by comm", Aggregation("hist", keys=(Field("comm"),), value=Field("len")), work, ("len", "comm")),
+        ("latency", Aggregation("latency"), latency, ()),
+        ("latency by comm", Aggregation("latency", keys=(Field("comm"),)), latency, ("comm",)),
     ]
     olds = {revision: baseline_aggregator(revision) for revision in baselines}
     lines = [say(f"2. replayed events ({total:,} lines in {BLOCK // 1024} KiB blocks), events per CPU second "
                  "aggregated (feed + take), best of 5 (general: of 2); target >= 1,000,000"),
              say(f"   {'':<22} {'fast path':>12} {'general path':>13}"
                  + "".join(f" {revision + ' fast':>14}" for revision in olds) + "   (general: an Event per line)")]
-    for name, model, roles, text in cases:
-        data = blocks(text)
+    for name, model, roles, captured in cases:
+        data = blocks(replay_lines(total, captured, latency=model.kind == "latency"))
         makers = {"fast": lambda: StreamAggregator(model, roles, arguments, fast=True)}
         for revision, (old_class, old_role) in olds.items():
             old_roles = [old_role(role.event, role.label, role.role) for role in roles]

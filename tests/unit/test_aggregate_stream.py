@@ -138,14 +138,15 @@ def test_a_view_filter_applies_where_the_kernel_could_not():
     assert result.count == expected and aggregator.fast_blocks == 0
 
 
-def test_latency_by_the_comm_both_probes_captured():
-    """By comm, entry and return capture $comm: the comm at the return, as the kernel engine keys it."""
+def test_latency_by_the_comm_the_return_captured():
+    """By comm, the return captures $comm (the entry nothing): the comm at the return, as the kernel engine
+    keys it, by either path."""
     aggregation = Aggregation("latency", keys=(Field("comm"),))
     lines = []
     for i in range(300):
         comm = COMMS[i % len(COMMS)]
-        body = "(0x55663694b159)" if i % 2 == 0 else "(0x55663694b202 <- 0x55663694b159)"
-        lines.append(line("renamed", 9, 100 * i, "nap" if i % 2 == 0 else "nap__return", f'{body} kptui_comm="{comm}"'))
+        body = "(0x55663694b159)" if i % 2 == 0 else f'(0x55663694b202 <- 0x55663694b159) kptui_comm="{comm}"'
+        lines.append(line("renamed", 9, 100 * i, "nap" if i % 2 == 0 else "nap__return", body))
     roles = [EventRole("nap", "nap", "entry"), EventRole("nap__return", "nap", "return")]
     fast, general = both_paths(aggregation, lines, roles, {"comm": "kptui_comm"})
     assert fast == general and fast.count == 150
@@ -181,15 +182,17 @@ def hostile_lines(count: int, seed: int, entry_return: bool = False) -> tuple[li
         shown = comm if rng.random() < 0.7 else rng.choice(HOSTILE_COMMS)
         pid = rng.choice([7, 1234, 99999]) if not entry_return else 4242
         value = rng.choice([-5, 0, 1, 3, 100, 70000])
-        if entry_return:
+        captured = f' kptui_comm="{comm}"'
+        if entry_return:  # the return captures the comm, the entry nothing
             event = "nap" if i % 2 == 0 else "nap__return"
-            body = "(0x55663694b159)" if i % 2 == 0 else "(0x55663694b202 <- 0x55663694b159)"
+            body = "(0x55663694b159)" if i % 2 == 0 else "(0x55663694b202 <- 0x55663694b159)" + captured
             value = 10 * (i + 1)
         else:
             event, body = "work", f"(0x55663694b159) len={value} port=13568"
             if rng.random() < 0.2:  # a string argument (a filter's) before the comm: it may hold the comm's name
                 body += f' path="{rng.choice(HOSTILE_COMMS)}"'
-        lines.append(line(shown, pid, 1_000 + 10 * i * i, event, f'{body} kptui_comm="{comm}"'))
+            body += captured
+        lines.append(line(shown, pid, 1_000 + 10 * i * i, event, body))
         truth.append((comm, value))
     return lines, truth
 
@@ -212,6 +215,28 @@ def test_hostile_comms_are_keyed_by_what_the_probe_captured(seed):
         else:
             assert sum(entry.stats.count for entry in fast_result.entries) == len(lines)
             assert {entry.key[0] for entry in fast_result.entries} == {comm for comm, _ in truth}
+
+
+def test_a_comm_holding_the_arguments_name_where_another_line_has_it():
+    """A comm read at the column where the first line's starts would be wrong when a shorter value moves
+    the comm left and the comm holds a copy of the argument's name at that column: read as the regex
+    reads it (or by the general path), the answer is the captured comm."""
+    aggregation = Aggregation("count", keys=(Field("comm"),))
+    arguments = {"len": "len", "comm": "kptui_comm"}
+    wide = line("a", 7, 1_000, "work", '(0x55663694b159) len=-1234567890123 kptui_comm="a"')
+    hostile_comm = '_kptui_comm="x'  # its copy of the name starts where the wide line's argument does
+    narrow = line("b", 7, 1_001, "work", f'(0x55663694b159) len=5 kptui_comm="{hostile_comm}"')
+    assert narrow.index('kptui_comm="', narrow.index(" len=")) + 13 == wide.index('kptui_comm="')
+    assert narrow.rindex('kptui_comm="') == wide.index('kptui_comm="')
+    for lines in ([wide, narrow], [narrow, wide], [wide, narrow, wide]):
+        results = []
+        for fast in (True, False):
+            aggregator = StreamAggregator(aggregation, [EventRole("work", "work")], arguments, fast=fast)
+            aggregator.feed(("\n".join(lines) + "\n").encode())
+            results.append(summarize(aggregation, aggregator.take(), "user", 0, 1))
+        assert {entry.key[0]: entry.count for entry in results[0].entries} == {
+            "a": lines.count(wide), hostile_comm: 1}
+        assert results[0] == results[1]
 
 
 def test_hostile_comms_time_the_right_latency():

@@ -57,6 +57,20 @@ def test_arguments_are_captured_once_and_named_as_the_kernel_will(program):
         builder(program).counting(["w*"], Aggregation("count", keys=(Field("len"),)), "")
 
 
+def test_only_what_the_run_reads_is_captured(program):
+    """Arguments the SPEC names but the run does not read are dropped; a histogram's value is kept."""
+    spec = "work len=%di:s64 port=%si:u16"
+    [count] = builder(program).counting([spec], Aggregation("count", keys=(Field("comm"),)), "").items
+    assert [arg.name for arg in count.probe.args] == [COMM_ARGUMENT]
+    [by_port] = builder(program).counting([spec], Aggregation("count", keys=(Field("port"),)), "").items
+    assert by_port.probe.definition().endswith(" port=%si:u16")
+    [hist] = builder(program).histogram("work port=%si:u16", "len=%di:s64",
+                                        Aggregation("hist", keys=(Field("comm"),), value=Field("len")), "").items
+    assert [arg.name for arg in hist.probe.args] == ["len", COMM_ARGUMENT]
+    [filtered] = builder(program).counting([spec], Aggregation("count"), "port == 53").items
+    assert [arg.name for arg in filtered.probe.args] == ["port"]
+
+
 def test_names_taken_in_the_group_are_not_reused(program):
     """The same name twice would append a probe to the first event (the kernel allows several per event)."""
     targets = builder(program, taken=["work", "nap"]).latency("nap", Aggregation("latency"), "")
@@ -68,7 +82,7 @@ def test_latency_probes_by_comm_and_kernel_kretprobe_slots(program):
     entry, ret = targets.items
     assert (entry.role, ret.role) == ("entry", "return")
     assert ret.probe.definition().startswith("r:kptui_1/nap__return ")  # uprobes have no maxactive
-    assert entry.probe.args[-1].name == ret.probe.args[-1].name == COMM_ARGUMENT
+    assert not entry.probe.args and [arg.name for arg in ret.probe.args] == [COMM_ARGUMENT]  # read at the return
     kretprobe = replace(ret.probe, maxactive=RETURN_MAXACTIVE, spec=replace(ret.probe.spec, binary=None))
     assert kretprobe.definition().startswith(f"r{RETURN_MAXACTIVE}:kptui_1/nap__return ")
     for bad in ("n*", "nap%return", "nap 1"):
