@@ -177,6 +177,23 @@ async def test_histogram_of_a_field_log2_then_linear(work_probe):
         run_workload(work_probe, "values", "100")
         await answered(pilot, screen, 100)
         assert buckets(screen) == {(low, low + 100): 10 for low in range(-200, 800, 100)}
+
+        # r: a range of one's own, as bpftrace's lhist(len, 0, 500, 250); a bad one is said and kept to edit
+        await pilot.press("r")
+        box = screen.query_one("#linear-range")
+        assert box.has_focus and box.value == "-200,800,100"
+        await pilot.press("ctrl+u", *"0,500,7", "enter")
+        assert box.has_focus and screen.request.linear.step == 100
+        assert any("MAX-MIN is not a multiple of STEP" in note.message for note in app._notifications)
+        await pilot.press("backspace", *"250", "enter")
+        assert not box.has_focus and not box.display
+        assert (screen.request.linear.low, screen.request.linear.high, screen.request.linear.step) == (0, 500, 250)
+        await running(pilot)
+        run_workload(work_probe, "values", "100")
+        await answered(pilot, screen, 100)
+        assert buckets(screen) == {(None, 0): 20, (0, 250): 30, (250, 500): 20, (500, None): 30}
+        await pilot.press("r", "escape")  # escape in the box keeps the scale and the view
+        assert app.screen is screen and not box.display and screen.request.linear.step == 250
         await closed(pilot, screen)
 
 

@@ -60,7 +60,8 @@ HELP: dict[str, tuple[str, str]] = {  # screen class -> (title, what it is for)
         ("Answers about many hits at once, as kprobe-tui count, hist and latency give them: hits per key "
          "(most first), a captured value's histogram or a function's entry-to-return latency, with bars as "
          "bpftrace draws them, refreshed every second. k chooses the key (none, comm, pid, a captured field), "
-         "v the value (count, a field, latency), b log2 or linear buckets, i the last second or everything "
+         "v the value (count, a field, latency), b log2 or linear buckets (linear over the values seen; r types "
+         "a range, MIN,MAX,STEP, as bpftrace's lhist), i the last second or everything "
          "since the start. The line under the title says which engine runs and why: the kernel's hist "
          "triggers where it has them, else events aggregated here. Its probes go when you leave."),
     ),

@@ -23,9 +23,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import Footer, Sparkline, Static
+from textual.widgets import Footer, Input, Sparkline, Static
 
-from kprobe_tui.aggregate.model import Aggregation, Field, Linear, Log2
+from kprobe_tui.aggregate.model import Aggregation, Field, Linear, Log2, parse_linear
 from kprobe_tui.aggregate.offer import Choice
 from kprobe_tui.aggregate.result import Result
 from kprobe_tui.aggregate.run import AggregationRun, Sample
@@ -259,10 +259,12 @@ class StatsScreen(Screen):
     """``StatsScreen(request, sources)`` runs it; ``StatsScreen.replay(...)`` shows a fixed sample."""
 
     CSS_PATH = LAYOUT
+    AUTO_FOCUS = ""  # nothing: the keys are the screen's (Textual's default would focus the hidden range box)
     BINDINGS = [
         Binding("k", "cycle('key')", "Key"),
         Binding("v", "cycle('value')", "Value"),
         Binding("b", "buckets", "Log2/linear"),
+        Binding("r", "linear_range", "Linear range", show=False),  # listed by help and the palette
         Binding("i", "interval", "Interval/total"),
         Binding("escape", "close", "Back"),
     ]
@@ -296,6 +298,7 @@ class StatsScreen(Screen):
             yield Sparkline([], id="rates")
         yield StatsTable()
         yield Static("", id="summary")
+        yield Input(placeholder="MIN,MAX,STEP  (e.g. 0,1000,100; Enter: apply, Escape: keep)", id="linear-range")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -394,24 +397,59 @@ class StatsScreen(Screen):
     def action_cycle(self, what: str) -> None:
         self._ask(self.request.cycled(what))
 
-    def action_buckets(self) -> None:
-        """log2 <-> linear; the linear scale spans the values seen so far."""
+    def _histogram(self) -> bool:
         if self.request.kind != "hist":
             self.notify("log2 and linear are for a histogram of a value (v: choose one); latency is log2",
                         severity="warning")
-            return
-        if self.request.linear is not None:
-            self._ask(replace(self.request, linear=None))
-            return
+        return self.request.kind == "hist"
+
+    def _seen_linear(self) -> Linear:
         total = self.sample.total.total if self.sample is not None else None
-        self._ask(replace(self.request, linear=nice_linear(total.min if total else None, total.max if total else None)))
+        return nice_linear(total.min if total else None, total.max if total else None)
+
+    def action_buckets(self) -> None:
+        """log2 <-> linear; the linear scale spans the values seen so far."""
+        if self._histogram():
+            self._ask(replace(self.request, linear=None if self.request.linear else self._seen_linear()))
+
+    def action_linear_range(self) -> None:
+        """Linear buckets over a range the user types (bpftrace's ``lhist(v, MIN, MAX, STEP)``)."""
+        if not self._histogram():
+            return
+        shown = self.request.linear or self._seen_linear()
+        box = self.query_one("#linear-range", Input)
+        box.value = f"{shown.low},{shown.high},{shown.step}"
+        box.add_class("-open")
+        self.set_focus(box)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id != "linear-range":
+            return
+        try:
+            linear = parse_linear(event.value.strip())
+        except UserError as exc:
+            self.notify(f"{exc.message}: {exc.hint}" if exc.hint else exc.message, title="Linear range",
+                        severity="error")
+            return
+        self._close_range()
+        self._ask(replace(self.request, linear=linear))
+
+    def _close_range(self) -> bool:
+        """Hide the range box if it is open (Escape there keeps the scale)."""
+        box = self.query_one("#linear-range", Input)
+        if not box.has_class("-open"):
+            return False
+        box.remove_class("-open")
+        self.set_focus(None)
+        return True
 
     def action_interval(self) -> None:
         self.interval = not self.interval
         self._show()
 
     def action_close(self) -> None:
-        self.post_message(Back())
+        if not self._close_range():
+            self.post_message(Back())
 
 
 def handoff(request: StatsRequest) -> str:
