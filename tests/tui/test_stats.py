@@ -23,9 +23,9 @@ from kprobe_tui.probes.binary import BinaryCatalog
 from kprobe_tui.probes.symbols import ElfSymbols
 from kprobe_tui.tui.app import KprobeTui
 from kprobe_tui.tui.navigation import ShowEvents
-from kprobe_tui.tui.tracing import RunTracing
 from kprobe_tui.tui.screens.probes import ProbesScreen
 from kprobe_tui.tui.screens.stats import StatsRequest, StatsScreen
+from kprobe_tui.tui.tracing import RunTracing
 from kprobe_tui.tui.widgets.function_list import FunctionList
 from kprobe_tui.tui.widgets.stats_table import StatsTable
 from tests.aggregate_cli import LEN_VALUES, build, expected_len_buckets, run_workload
