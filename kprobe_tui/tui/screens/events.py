@@ -333,7 +333,7 @@ class EventsScreen(Screen):
 
     def action_stats(self) -> None:
         """The statistics view of the probe being tailed: the highlighted event's, else the only one."""
-        from kprobe_tui.tui.screens.stats import probe_request
+        from kprobe_tui.tui.screens.stats import StatsRequest, probe_request
 
         if self.starting:  # pressed before the tail is up (a fast typist): answered once it is
             self.stats_asked = True
@@ -347,10 +347,13 @@ class EventsScreen(Screen):
             self.notify("no probe to show: tail one probe, or highlight one of its events", severity="warning")
             return
         name = "/".join(chosen)
-        try:
-            event = next((e for e in Events(self.tracefs).list() if e.full_name == name), None)
+
+        def request_of(events: Events) -> StatsRequest:  # reads dynamic_events: off the UI thread
+            event = next((e for e in events.list() if e.full_name == name), None)
             if event is None:
                 raise UserError(f"{name} is gone")
-            self.post_message(OpenStats(probe_request(event)))
-        except UserError as exc:
-            self.notify(str(exc), title="Statistics", severity="error")
+            return probe_request(event)
+
+        self.work.run("stats", request_of, Events(self.tracefs),
+                      then=lambda request: self.post_message(OpenStats(request)),
+                      failed=lambda exc: self.notify(str(exc), title="Statistics", severity="error"))
