@@ -50,13 +50,18 @@ DEFINITIONS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def prog(tmp_path_factory) -> Path:
+def compiled(tmp_path_factory, source: str, name: str, optimise: str = "-O2") -> Path:
+    """``tests/live/c/SOURCE`` built with -g for perf to read beside us (skipped without perf or gcc)."""
     if not os.access(PERF, os.X_OK) or shutil.which("gcc") is None:
         pytest.skip("needs /usr/bin/perf (linux-perf) and gcc")
-    out = tmp_path_factory.mktemp("perfdropin") / NAME
-    subprocess.run(["gcc", "-g", "-O2", "-o", str(out), str(C_DIR / "perflab.c")], check=True)
+    out = tmp_path_factory.mktemp("perf") / name
+    subprocess.run(["gcc", "-g", optimise, "-o", str(out), str(C_DIR / source)], check=True)
     return out
+
+
+@pytest.fixture(scope="module")
+def prog(tmp_path_factory) -> Path:
+    return compiled(tmp_path_factory, "perflab.c", NAME)
 
 
 @pytest.fixture
@@ -256,11 +261,8 @@ LAZY_PATTERNS = [
 
 @pytest.fixture(scope="module", params=["-O0", "-O2"])
 def lazy_prog(request, tmp_path_factory) -> Path:
-    if not os.access(PERF, os.X_OK) or shutil.which("gcc") is None:
-        pytest.skip("needs /usr/bin/perf (linux-perf) and gcc")
-    out = tmp_path_factory.mktemp("perflazy") / f"lazylab_{os.getpid()}{request.param.replace('-', '_')}"
-    subprocess.run(["gcc", "-g", request.param, "-o", str(out), str(C_DIR / "lazylab.c")], check=True)
-    return out
+    name = f"lazylab_{os.getpid()}{request.param.replace('-', '_')}"
+    return compiled(tmp_path_factory, "lazylab.c", name, request.param)
 
 
 @pytest.mark.parametrize("pattern", LAZY_PATTERNS)
@@ -294,11 +296,7 @@ def test_a_pattern_matching_no_line_is_refused_where_perf_probes_the_entry(prog)
 
 @pytest.fixture(scope="module")
 def rangelab(tmp_path_factory) -> Path:
-    if not os.access(PERF, os.X_OK) or shutil.which("gcc") is None:
-        pytest.skip("needs /usr/bin/perf (linux-perf) and gcc")
-    out = tmp_path_factory.mktemp("perfrange") / f"rangelab_{os.getpid()}"
-    subprocess.run(["gcc", "-g", "-O2", "-o", str(out), str(C_DIR / "rangelab.c")], check=True)
-    return out
+    return compiled(tmp_path_factory, "rangelab.c", f"rangelab_{os.getpid()}")
 
 
 @pytest.mark.parametrize("words", [
@@ -337,11 +335,7 @@ def test_vars_range_filters_on_the_name_where_perf_filters_on_the_whole_line(ran
 
 @pytest.fixture(scope="module")
 def aggregate_prog(tmp_path_factory) -> Path:
-    if not os.access(PERF, os.X_OK) or shutil.which("gcc") is None:
-        pytest.skip("needs /usr/bin/perf (linux-perf) and gcc")
-    out = tmp_path_factory.mktemp("perfscope") / f"aggregate_{os.getpid()}"
-    subprocess.run(["gcc", "-g", "-O2", "-o", str(out), str(C_DIR / "aggregate.c")], check=True)
-    return out
+    return compiled(tmp_path_factory, "aggregate.c", f"aggregate_{os.getpid()}")
 
 
 @pytest.mark.parametrize("words", [["-V", "work:9"], ["-V", "work:9", "--range"], ["-V", "rec:31"]])

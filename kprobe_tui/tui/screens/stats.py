@@ -397,7 +397,8 @@ class StatsScreen(Screen):
     def action_cycle(self, what: str) -> None:
         self._ask(self.request.cycled(what))
 
-    def _histogram(self) -> bool:
+    def _buckets_apply(self) -> bool:
+        """Whether bucket choices apply (a histogram of a value); if not, says so."""
         if self.request.kind != "hist":
             self.notify("log2 and linear are for a histogram of a value (v: choose one); latency is log2",
                         severity="warning")
@@ -409,12 +410,12 @@ class StatsScreen(Screen):
 
     def action_buckets(self) -> None:
         """log2 <-> linear; the linear scale spans the values seen so far."""
-        if self._histogram():
+        if self._buckets_apply():
             self._ask(replace(self.request, linear=None if self.request.linear else self._seen_linear()))
 
     def action_linear_range(self) -> None:
         """Linear buckets over a range the user types (bpftrace's ``lhist(v, MIN, MAX, STEP)``)."""
-        if not self._histogram():
+        if not self._buckets_apply():
             return
         shown = self.request.linear or self._seen_linear()
         box = self.query_one("#linear-range", Input)
