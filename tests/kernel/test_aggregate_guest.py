@@ -88,7 +88,8 @@ def test_kernel_engine_is_exact_and_agrees_with_the_user_space_engine(tracefs, g
         sum(v * n for v, n in LEN_VALUES.items()), -200, 700)
     assert buckets(kernel["linear by comm"]) == {(None, -100): 10, (-100, 100): 20, (100, 300): 20, (300, 500): 20,
                                                  (500, None): 30}
-    assert buckets(kernel["sleep"]) == {(131072, 262144): 3} and kernel["sleep"]["min"] >= SLEEP_MS * 1000
+    for engine in (kernel, user):
+        assert buckets(engine["sleep"]) == {(131072, 262144): 3} and engine["sleep"]["min"] >= SLEEP_MS * 1000
     recursion = kernel["recursion"]
     assert recursion["count"] == 2 and recursion["unmatched"] == 6 and recursion["min"] >= 2
     for name in QUESTIONS:
@@ -100,11 +101,12 @@ def test_kernel_engine_is_exact_and_agrees_with_the_user_space_engine(tracefs, g
             # Each run has its own probe and instance, and each stamps an event as it records it, one after
             # the other: a microsecond apart on hardware, but up to a few ms here, where QEMU runs the two
             # vCPUs in turns on one thread (a 33 ms sleep came out 1.7 ms apart; a 2 ms one 7 ms in one
-            # engine and 8 in the other). Counts agree exactly; each call's time within 10 %, and so its
-            # bucket, or the next one when it sits on a boundary.
+            # engine and 8 in the other; a 140 ms one 149 ms in one and 172 in the other, 16 %). Counts
+            # agree exactly; each call's time within 25 %, and so its bucket, or the next one when it sits
+            # on a boundary (each engine's sleeps are also checked against the known sleep above).
             for field in ("sum", "min", "max", "avg"):
                 a, b = mine.pop(field), theirs.pop(field)
-                assert abs(a - b) <= max(3, 0.1 * abs(a)), (name, field, a, b)
+                assert abs(a - b) <= max(3, 0.25 * abs(a)), (name, field, a, b)
             assert _adjacent(mine.pop("buckets"), theirs.pop("buckets")), name
             for record in (mine, theirs):
                 for entry in record.get("entries", []):
