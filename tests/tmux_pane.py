@@ -1,0 +1,45 @@
+"""A tmux pane driven as a person drives a terminal: typed lines, the screen read back, waits with a deadline.
+
+Each pane has its own tmux server (a socket in a test's directory), so nothing else's sessions are touched.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+FLAGS = "#{alternate_on} #{cursor_flag} #{mouse_any_flag} #{mouse_button_flag} #{mouse_standard_flag} #{mouse_sgr_flag}"
+
+
+class Terminal:
+    """One tmux pane running bash, 80x24."""
+
+    def __init__(self, directory: Path) -> None:
+        self.socket = directory / "tmux.sock"
+        self.tmux("new-session", "-d", "-x", "80", "-y", "24", "-s", "t", "bash --norc --noprofile")
+
+    def tmux(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-S", str(self.socket), *args], capture_output=True, text=True,
+                              check=True, timeout=10).stdout
+
+    def type(self, line: str) -> None:
+        self.tmux("send-keys", "-t", "t", "-l", line)
+        self.tmux("send-keys", "-t", "t", "Enter")
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-t", "t")
+
+    def flags(self) -> str:
+        return self.tmux("display", "-p", "-t", "t", FLAGS).strip()
+
+    def wait(self, condition, what: str, seconds: float = 60) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if condition():
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"never happened: {what}\n{self.screen()}")
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-S", str(self.socket), "kill-server"], capture_output=True)
