@@ -81,27 +81,29 @@ class State:
         return stack
 
 
-def compile_program(name: str, source: Path, *flags: str) -> Path:
-    """``source`` built at a fixed path under /tmp (once per source change)."""
+def compile_program(name: str, source: Path, *flags: str, headers: tuple[Path, ...] = ()) -> Path:
+    """``source`` built reproducibly at a fixed path under /tmp (once per source change).
+
+    The screens show the program's paths and its build-id, and the build-id hashes the DWARF, which
+    names the directory gcc ran in: the sources are copied to PROGRAMS and compiled there, so every
+    checkout (wherever it is) builds the same bytes.
+    """
     if shutil.which("gcc") is None:
         raise RuntimeError("gcc is needed to build the program shown in the screenshots")
     PROGRAMS.mkdir(exist_ok=True)
+    copies = [PROGRAMS / original.name for original in (source, *headers)]
+    for original, copy in zip((source, *headers), copies):
+        if not copy.exists() or copy.read_bytes() != original.read_bytes():
+            shutil.copyfile(original, copy)  # only then newer than the binary, which is then rebuilt
     binary = PROGRAMS / name
-    if not binary.exists() or binary.stat().st_mtime < source.stat().st_mtime:
-        subprocess.run(["gcc", *flags, "-o", str(binary), str(source)], check=True)
+    if not binary.exists() or binary.stat().st_mtime < max(copy.stat().st_mtime for copy in copies):
+        subprocess.run(["gcc", *flags, "-o", name, source.name], check=True, cwd=PROGRAMS)
     return binary
 
 
 def probed_program() -> Path:
-    """Built from copies under PROGRAMS: the source view's title shows the source's path, which must
-    not be the checkout's."""
     c_dir = TESTS / "debuginfo" / "c"
-    PROGRAMS.mkdir(exist_ok=True)
-    for source in (c_dir / "probed.c", *c_dir.glob("*.h")):
-        copy = PROGRAMS / source.name
-        if not copy.exists() or copy.read_bytes() != source.read_bytes():
-            shutil.copyfile(source, copy)  # only then newer than the binary: compile_program rebuilds it
-    return compile_program("probed", PROGRAMS / "probed.c", "-O2", "-gdwarf-5")
+    return compile_program("probed", c_dir / "probed.c", "-O2", "-gdwarf-5", headers=tuple(c_dir.glob("*.h")))
 
 
 def stripped_program() -> tuple[Path, bytes]:
