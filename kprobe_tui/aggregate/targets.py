@@ -19,7 +19,7 @@ from pathlib import Path
 
 from kprobe_tui.aggregate.model import Aggregation
 from kprobe_tui.errors import UserError
-from kprobe_tui.probes.compile import compile_spec
+from kprobe_tui.probes.compile import compile_spec, running_kernel_vmlinux
 from kprobe_tui.probes.render import default_arg_name
 from kprobe_tui.probes.spec import CompiledProbe, ProbeArg, ProbeSpec, parse_arg, parse_spec
 from kprobe_tui.stream import filterexpr
@@ -187,7 +187,9 @@ class TargetBuilder:
             targets.items.append(Target(probe, spec.function or spec.place_text(), role))
 
     def _compile(self, spec: ProbeSpec) -> list[CompiledProbe]:
-        probes = compile_spec(spec, self.group, self.taken, readme=self.readme, btf_path=self.kernel.btf_vmlinux)
+        vmlinux = running_kernel_vmlinux(spec) if self.kernel.live else None
+        probes = compile_spec(spec, self.group, self.taken, readme=self.readme, btf_path=self.kernel.btf_vmlinux,
+                              vmlinux=vmlinux)
         if spec.is_return and not spec.is_uprobe:
             probes = [replace(probe, maxactive=RETURN_MAXACTIVE) for probe in probes]
         self.taken += [probe.event for probe in probes]
@@ -202,7 +204,7 @@ class TargetBuilder:
         if catalog.names[at : at + 1] != [name]:
             raise UserError(f"{name!r}: no such kernel function", f"search with: kprobe-tui funcs '*{name}*'")
         status, reason = catalog.classify(name)
-        if status in (Status.BLACKLISTED, Status.AMBIGUOUS):
+        if status in (Status.BLACKLISTED, Status.AMBIGUOUS, Status.FREED):
             raise UserError(f"{name!r}: {reason}", "pick another function (kprobe-tui funcs lists probeable ones)")
 
     def _load_catalog(self):
@@ -256,4 +258,4 @@ class TargetBuilder:
         if status in (Status.FTRACE, Status.PROBEABLE, Status.CLONE):
             return None
         return {Status.BLACKLISTED: "blacklisted", Status.AMBIGUOUS: "ambiguous (several symbols share the name)",
-                Status.HIDDEN: "unknown (addresses hidden)"}.get(status, status.value)
+                Status.HIDDEN: "unknown (addresses hidden)", Status.FREED: "freed after boot (__init)"}.get(status, status.value)

@@ -125,7 +125,7 @@ def _plan(command: PerfCommand, definition, kernel, tracefs, strict: bool):
     except UserError as exc:  # bad syntax: perf's usage status when an option carried it, -EINVAL after the options
         raise _failed(exc, perfargs.USAGE if definition.from_option else EINVAL) from None
     target = pipeline.ProbeTarget(
-        tracefs, btf_path=str(kernel.btf_vmlinux), strict=strict, debuginfod=_debuginfod(command),
+        tracefs, btf_path=str(kernel.btf_vmlinux), strict=strict, debuginfod=_debuginfod(command), running_kernel=kernel.live,
         catalog=None if definition.binary else (lambda: _catalog_for(kernel, request)))
     try:
         plan = pipeline.plan(request, target)
@@ -485,7 +485,7 @@ def _function_names(command: PerfCommand, chosen) -> list[str]:
         _say(f"note: {note}")
     listed = []
     for name in catalog.names:
-        if not chosen.matches(name) or catalog.status(name) is Status.BLACKLISTED:
+        if not chosen.matches(name) or catalog.status(name) in (Status.BLACKLISTED, Status.FREED):
             continue
         listed += [name] * catalog.symbol_modules(name).count(module)
     return listed

@@ -32,6 +32,7 @@ class Status(str, Enum):
     AMBIGUOUS = "ambiguous"  # several symbols share the name
     BLACKLISTED = "blacklisted"  # the kernel refuses to probe it
     HIDDEN = "hidden"  # not enough information to tell
+    FREED = "freed"  # __init code: the kernel freed it after boot
 
     @property
     def probeable(self) -> bool:
@@ -46,6 +47,7 @@ STATUS_HELP = {
     Status.AMBIGUOUS: "ambiguous: several symbols share the name",
     Status.BLACKLISTED: "blacklisted: the kernel refuses it",
     Status.HIDDEN: "unknown: addresses or lists hidden",
+    Status.FREED: "freed: __init code, gone after boot",
 }
 
 _HEX = frozenset("0123456789abcdefABCDEF")
@@ -140,6 +142,19 @@ class FunctionCatalog(Protocol):
     def warm(self) -> None: ...
 
 
+def _init_text_bounds(kallsyms: str) -> tuple[int, int] | None:
+    """Where the core kernel's __init code was, from its kallsyms markers (None when either is missing or hidden)."""
+    bounds = []
+    for marker in ("_sinittext", "_einittext"):
+        at = next((found for kind in "Tt" if (found := kallsyms.find(f" {kind} {marker}\n")) >= 0), -1)
+        address = kallsyms[kallsyms.rfind("\n", 0, at) + 1 : at] if at >= 0 else ""
+        if not address or not all(c in _HEX for c in address):
+            return None
+        bounds.append(int(address, 16))
+    low, high = bounds
+    return (low, high) if 0 < low < high else None
+
+
 def _read_lines(path: Path | None, what: str, notes: list[str]) -> list[str] | None:
     """A file's lines, or None with a note naming the file and the reason."""
     if path is None:
@@ -166,7 +181,7 @@ class Catalog:
 
     labels: Mapping[Status, str] = {status: status.value for status in (
         Status.FTRACE, Status.BREAKPOINT, Status.PROBEABLE, Status.CLONE, Status.AMBIGUOUS, Status.BLACKLISTED,
-        Status.HIDDEN)}
+        Status.HIDDEN, Status.FREED)}
     missing_prototype = "(no prototype: not in BTF)"
 
     def __init__(self, sources: KernelSources, matching: Matcher | None = None, attach_methods: bool = True) -> None:
@@ -181,6 +196,7 @@ class Catalog:
         self._blacklist_names: set[str] = set()
         self._blacklist_ranges: list[tuple[int, int, str]] = []
         self._addresses_hidden = False
+        self._init_text: tuple[int, int] | None = None  # [_sinittext, _einittext): the core kernel's __init code
         self._btf_loaded = False
         self._btf = None
         self._module_btf: dict[str, object] = {}
@@ -214,6 +230,7 @@ class Catalog:
         except UserError as exc:
             self.notes.append(exc.message)
             return
+        self._init_text = _init_text_bounds(text)
         if self._name_regex is not None:
             rows = self._matching_rows(text)
         else:
@@ -334,6 +351,12 @@ class Catalog:
         return Function(name, module, symbols, self._size(symbols), status, reason, self.prototype(name, module))
 
     def _classify(self, name: str, symbols: tuple[Symbol, ...]) -> tuple[Status, str]:
+        init = self._init_text
+        if init and symbols and all(not s.module and init[0] <= s.address < init[1] for s in symbols):
+            return Status.FREED, (
+                f"__init code (between _sinittext 0x{init[0]:x} and _einittext 0x{init[1]:x}): the kernel ran it "
+                "during boot and freed it, so there is nothing left to probe (perf probe leaves it out too)"
+            )
         blacklisted_by = self._blacklisted_by(name, symbols)
         if blacklisted_by:
             return Status.BLACKLISTED, (

@@ -67,6 +67,29 @@ def compile_spec(
     return [probe.check() for probe in probes]
 
 
+def running_kernel_vmlinux(spec: ProbeSpec, debuginfod=None) -> str | None:
+    """The running kernel's debug vmlinux for a kernel probe that reads C, found where perf finds it, or None.
+
+    perf compiles a kernel probe from DWARF whenever it finds the vmlinux, and so do we (the same fetch-args
+    and types as perf's). A line, a local or a source pattern cannot be said without it: it may come from
+    debuginfod, and where it is nowhere the locator's error says where it looked and what to install.
+    Parameters at entry or exit, which BTF names too, take it from disk only: no 600 MB download for them.
+    """
+    if spec.is_uprobe or spec.module or not needs_debuginfo(spec):
+        return None
+    from kprobe_tui.debuginfo.debuginfod import Client
+    from kprobe_tui.debuginfo.locate import find_vmlinux
+
+    btf_names_it = spec.kind in ("entry", "return", "fprobe") and spec.source is None and \
+        not any(arg.kind == "vars" for arg in spec.args)
+    try:
+        return str(find_vmlinux(debuginfod=Client(offline=True) if btf_names_it else debuginfod).debug_file)
+    except UserError:
+        if btf_names_it:
+            return None
+        raise
+
+
 def _btf_available(btf_path: str | Path | None) -> bool:
     return Path(btf_path or "/sys/kernel/btf/vmlinux").exists()
 

@@ -23,7 +23,7 @@ from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.events import DynamicEvent, Events
 from kprobe_tui.kernel.tracefs import Tracefs
 from kprobe_tui.probes import guard
-from kprobe_tui.probes.compile import compile_spec
+from kprobe_tui.probes.compile import compile_spec, running_kernel_vmlinux
 from kprobe_tui.probes.guard import GuardAdvice
 from kprobe_tui.probes.rawfetch import needs_debuginfo
 from kprobe_tui.probes.spec import (
@@ -76,13 +76,15 @@ class ProbeTarget:
     says the rest. ``catalog`` (or a function that makes one) refuses unknown, blacklisted and
     ambiguous kernel functions before the kernel does; without one they are left to the kernel.
     ``debuginfod``: fetches debug info that is not on disk before compiling (the CLI's client
-    shows progress); without it, compiling asks the default client.
+    shows progress); without it, compiling asks the default client. ``running_kernel``: the probes are
+    for the kernel this machine runs (not a snapshot's), so its debug vmlinux is looked for as perf does.
     """
 
     def __init__(self, tracefs: Tracefs | None = None, *, btf_path: str | Path | None = None,
                  catalog: Catalog | Callable[[], Catalog] | None = None, strict: bool = False,
-                 debuginfod=None) -> None:
+                 debuginfod=None, running_kernel: bool = False) -> None:
         self.tracefs = tracefs
+        self.running_kernel = running_kernel
         self.events = Events(tracefs) if tracefs is not None else None
         self.btf_path = btf_path
         self.strict = strict
@@ -102,7 +104,7 @@ class ProbeTarget:
         from kprobe_tui.kernel.catalog import Catalog  # 100k names: only for kernel probes
 
         return cls(tracefs, btf_path=str(sources.btf_vmlinux), catalog=catalog or (lambda: Catalog(sources)),
-                   strict=strict, debuginfod=debuginfod)
+                   strict=strict, debuginfod=debuginfod, running_kernel=sources.live)
 
     @property
     def tracefs_root(self) -> str:
@@ -187,9 +189,12 @@ def plan(request: ProbeRequest, target: ProbeTarget, also_taken: Iterable[str] =
     spec, advice = parse(request)
     if not spec.is_uprobe and spec.function and target.catalog is not None:
         check_kernel_function(spec.function, target.catalog, spec.module)
-    notes = _fetch_debuginfo(spec, request.vmlinux, target.debuginfod) if target.debuginfod is not None else []
+    vmlinux = request.vmlinux
+    if vmlinux is None and target.running_kernel:
+        vmlinux = running_kernel_vmlinux(spec, target.debuginfod)
+    notes = _fetch_debuginfo(spec, vmlinux, target.debuginfod) if target.debuginfod is not None else []
     group = spec.group or DEFAULT_PERSISTENT_GROUP
-    probes = compile_spec(spec, group, [*target.taken(group), *also_taken], readme=target.readme, vmlinux=request.vmlinux,
+    probes = compile_spec(spec, group, [*target.taken(group), *also_taken], readme=target.readme, vmlinux=vmlinux,
                           btf_path=target.btf_path)
     if request.filter and request.filter.strip():  # as typed: an error's position is a column of the user's text
         filterexpr.check_fields(request.filter, [arg.name for arg in probes[0].args])
@@ -227,7 +232,7 @@ def check_kernel_function(name: str, catalog: Catalog, module: str | None = None
             raise UserError(f"{name!r} is not in module {module} (it is in {where})", "check -m MODULE (lsmod lists them)")
         if status is Status.AMBIGUOUS:
             return
-    if status in (Status.BLACKLISTED, Status.AMBIGUOUS):
+    if status in (Status.BLACKLISTED, Status.AMBIGUOUS, Status.FREED):
         raise UserError(f"{name!r}: {reason}", "pick another function (kprobe-tui funcs lists probeable ones)")
 
 

@@ -124,9 +124,7 @@ class StreamReader(threading.Thread):
                     else:
                         events = self.parser.feed(data[:cut].decode("utf-8", "backslashreplace").split("\n"))
                 if drained and self.on_data is None:
-                    # The kernel commits an event's stack with the event: once the buffer is empty
-                    # the held-back newest event is complete.
-                    events += self.parser.flush()
+                    events += self.parser.flush_if_quiet()
                 if events:
                     if self.store is not None:
                         self.store.extend(events)

@@ -174,3 +174,61 @@ def test_perf_dropin_lines_and_vars_are_perfs_byte_for_byte(words):
     mine = kprobe_tui("-k", str(VMLINUX), "-s", str(SOURCE), *words)
     assert theirs.returncode == 0 and theirs.stdout, theirs.stderr
     assert (mine.returncode, mine.stdout) == (theirs.returncode, theirs.stdout), mine.stderr
+
+
+@pytest.fixture
+def debug_vmlinux_where_debian_puts_it():
+    """The cached debug vmlinux where ``linux-image-*-dbg`` installs it, /usr/lib/debug/boot/vmlinux-$(uname -r),
+    for the test's duration: the guest sees the host's / read-only, so a tmpfs over /usr/lib/debug holds a link."""
+    debug = Path("/usr/lib/debug")
+    subprocess.run(["mount", "-t", "tmpfs", "lab-debug", str(debug)], check=True)
+    try:
+        (debug / "boot").mkdir()
+        (debug / "boot" / f"vmlinux-{os.uname().release}").symlink_to(VMLINUX)
+        yield
+    finally:
+        subprocess.run(["umount", str(debug)], check=True)
+
+
+# The seed lab's probes, as the lab types them after `perf probe`: no -k, no -s.
+LAB_PROBES = [
+    ["-D", "tcp_recvmsg:20 sk"],
+    ["-D", "tcp_recvmsg sk flags:x"],
+    ["-D", "tcp_recvmsg_sk=tcp_recvmsg sk"],
+    ["-D", "tcp_recvmsg%return $retval"],
+]
+
+
+@needs_vmlinux
+@pytest.mark.parametrize("words", LAB_PROBES, ids=["line-20", "sk-flags-x", "named-sk", "return-retval"])
+def test_perf_dropin_lab_lines_verbatim_find_the_debug_vmlinux_as_perf(debug_vmlinux_where_debian_puts_it, words):
+    """Without -k both find the running kernel's debug vmlinux where Debian installs it, and make the same probes."""
+    symbols = kallsyms()
+    theirs, mine = perf(*words), kprobe_tui(*words)
+    assert theirs.returncode == 0 and theirs.stdout, theirs.stderr
+    assert mine.returncode == 0, mine.stderr
+    assert [probe_of(line, symbols) for line in mine.stdout.splitlines()] == [
+        probe_of(line, symbols) for line in theirs.stdout.splitlines()]
+
+
+@needs_vmlinux
+def test_perf_dropin_lab_line_probe_dry_run_verbatim(debug_vmlinux_where_debian_puts_it):
+    """``perf probe -n 'tcp_recvmsg:20 sk'``: the line and its variable from DWARF found without -k, perf's text."""
+    theirs, mine = perf("-n", "tcp_recvmsg:20 sk"), kprobe_tui("-n", "tcp_recvmsg:20 sk")
+    assert theirs.returncode == mine.returncode == 0, mine.stderr
+    assert added_text(mine.stderr) == added_text(theirs.stderr)
+
+
+@needs_vmlinux
+def test_perf_dropin_lab_vars_verbatim(debug_vmlinux_where_debian_puts_it):
+    theirs, mine = perf("-V", "tcp_recvmsg"), kprobe_tui("-V", "tcp_recvmsg")
+    assert theirs.returncode == 0 and theirs.stdout, theirs.stderr
+    assert (mine.returncode, mine.stdout) == (theirs.returncode, theirs.stdout), mine.stderr
+
+
+def test_perf_dropin_funcs_leave_out_init_text_as_perf():
+    """``--funcs '*aio*'``: __init functions (aio_setup), freed after boot, are not offered, as perf leaves them out."""
+    theirs, mine = perf("--funcs", "*aio*"), kprobe_tui("--funcs", "*aio*")
+    assert theirs.returncode == 0 and "aio_read" in theirs.stdout, theirs.stderr
+    assert "aio_setup" not in mine.stdout
+    assert (mine.returncode, mine.stdout) == (0, theirs.stdout), mine.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
@@ -105,3 +106,22 @@ def test_typed_values():
     assert typed("'a'") == "a" and typed("{}") == [] and typed("{1,-2}") == [1, -2]
     assert typed("do_sys_open+0x0/0x20") == "do_sys_open+0x0/0x20" and typed("(fault)") is FAULT
     assert typed("0xfz") == "0xfz" and typed("-0x10") == -16 and typed("(null)") == "(null)"
+
+
+def test_an_event_waits_one_quiet_read_for_its_stack():
+    """The kernel commits an event's stack trace as a record after the event's: a read may end between
+    the two. The event is handed over only after a read that brought nothing more, with its stack."""
+    lines = (LINES / "uprobe_tgid_stack.txt").read_text().splitlines()
+    stack_at = next(i for i, line in enumerate(lines) if line.endswith("<stack trace>"))
+    parser = LineParser()
+    handed = parser.feed(lines[:stack_at]) + parser.flush_if_quiet()  # this read ended at the event
+    held = len(handed)
+    assert held == stack_at - 1  # the event before the stack is held back
+    handed += parser.feed(lines[stack_at:stack_at + 1]) + parser.flush_if_quiet()  # the stack's header only
+    assert len(handed) == held
+    rest = list(itertools.takewhile(lambda line: line.startswith(" => "), lines[stack_at + 1:]))
+    handed += parser.feed(rest) + parser.flush_if_quiet()
+    assert len(handed) == held
+    handed += parser.flush_if_quiet()  # a read with nothing: the event is complete
+    assert len(handed) == held + 1 and handed[-1].stack == tuple(line[4:].strip() for line in rest)
+    assert parser.flush_if_quiet() == [] and parser.flush() == []

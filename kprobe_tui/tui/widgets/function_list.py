@@ -24,6 +24,7 @@ STATUS_GLYPH = {
     Status.AMBIGUOUS: "≈",
     Status.BLACKLISTED: "✕",
     Status.HIDDEN: "?",
+    Status.FREED: "⊘",
 }
 
 
