@@ -99,7 +99,8 @@ def test_latency_of_a_recursion_times_the_innermost_call(program, clean):
     record = run.final()
     assert record["count"] == 4 and record["unmatched"] == 12
     assert counts(record, "comm") == {program.name[:15]: 4}
-    assert buckets(record) == {(2, 4): 4} or buckets(record) == {(2, 4): 3, (4, 8): 1}  # 2 ms + wake-up latency
+    # 2 ms and a wake-up: at least [2, 4), and above it only by the wake-up's delay on a loaded machine
+    assert record["min"] >= 2 and min(buckets(record)) == (2, 4) and sum(buckets(record).values()) == 4
 
 
 def test_counts_per_probe_come_from_uprobe_profile(program, clean):

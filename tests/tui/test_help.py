@@ -21,7 +21,7 @@ from kprobe_tui.tui.screens.help import (
     own_bindings,
 )
 from kprobe_tui.tui.widgets.function_list import FunctionList
-from tests.tui.states import catalog_loaded, kernel_app, to_events
+from tests.tui.states import catalog_loaded, kernel_app, to_events, until
 
 
 def screen_classes() -> set[type[Screen]]:
@@ -90,8 +90,9 @@ async def test_palette_lists_and_runs_the_screens_actions(tmp_path):
         await pilot.press("slash", *"tcp_v4_", "escape")
         await pilot.press("ctrl+p")
         await pilot.press(*"Match mode")
-        await pilot.pause(0.3)  # the palette searches its providers in a worker
         found = app.screen.query_one(CommandList)
+        # the palette searches its providers in a worker and shows the hits in batches
+        await until(pilot, lambda: found.option_count == 1, "the palette found Match mode")
         assert [str(found.get_option_at_index(i).prompt) for i in range(found.option_count)] == ["Match mode\nkey: ^t"]
         await pilot.press("enter")
         await pilot.pause()
@@ -109,7 +110,9 @@ async def test_palette_switches_theme_and_remembers_it(tmp_path):
     async with app.run_test(size=(100, 30)) as pilot:
         await catalog_loaded(pilot)
         await pilot.press("ctrl+p", *"Theme: high")
-        await pilot.pause(0.3)
+        commands = app.screen.query_one(CommandList)
+        await until(pilot, lambda: any("high-contrast" in str(commands.get_option_at_index(i).prompt)
+                                       for i in range(commands.option_count)), "the palette found the theme")
         await pilot.press("enter")
         await pilot.pause()
         assert app.theme == "high-contrast"

@@ -70,7 +70,7 @@ async def test_the_view_and_its_keys_are_in_help_and_the_palette():
     """``a`` on the events screen is listed by ``?`` and offered by ctrl+p; the view has its own help."""
     from textual.command import CommandList
 
-    from tests.tui.states import _replayed_stats, kernel_app, to_events
+    from tests.tui.states import _replayed_stats, kernel_app, to_events, until
     from tests.tui.test_help import help_text
 
     app = kernel_app()
@@ -79,8 +79,8 @@ async def test_the_view_and_its_keys_are_in_help_and_the_palette():
         await pilot.press("question_mark")
         assert "Stats" in help_text(app)
         await pilot.press("escape", "ctrl+p", *"stats")
-        await pilot.pause(0.3)
         commands = app.screen.query_one(CommandList)
+        await until(pilot, lambda: commands.option_count > 0, "the palette's search answered")
         assert any("Stats" in str(commands.get_option_at_index(i).prompt) for i in range(commands.option_count))
         await pilot.press("escape")
         await app.push_screen(_replayed_stats("latency"))
