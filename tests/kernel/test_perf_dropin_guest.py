@@ -226,9 +226,11 @@ def test_perf_dropin_lab_vars_verbatim(debug_vmlinux_where_debian_puts_it):
     assert (mine.returncode, mine.stdout) == (theirs.returncode, theirs.stdout), mine.stderr
 
 
-def test_perf_dropin_funcs_leave_out_init_text_as_perf():
+@needs_vmlinux
+def test_perf_dropin_funcs_leave_out_init_text_as_perf(debug_vmlinux_where_debian_puts_it):
     """``--funcs '*aio*'``: __init functions (aio_setup), freed after boot, are not offered, as perf leaves them
-    out. perf also lists data symbols (aio_max_nr, initcall pointers): its list is compared on functions."""
+    out when it reads the debug vmlinux (from kallsyms alone it lists them). perf also lists data symbols
+    (aio_max_nr, initcall pointers): its list is compared on functions."""
     theirs, mine = perf("--funcs", "*aio*"), kprobe_tui("--funcs", "*aio*")
     assert theirs.returncode == 0 and "aio_read" in theirs.stdout, theirs.stderr
     text = {line.split()[2] for line in Path("/proc/kallsyms").read_text().splitlines() if line.split()[1] in "tTwW"}
