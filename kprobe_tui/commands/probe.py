@@ -222,7 +222,8 @@ def _create(command: PerfCommand, plans) -> None:
         for plan, target in plans:
             if target.events is None:
                 raise PerfError("no tracefs to create the probe in", "mount tracefs, or use --dry-run", ENOENT)
-            made.append((target.events, pipeline.create(plan, target.events, confirmed=command.yes)))
+            # again: perf makes a second copy of a probe when asked to (another name, or -f)
+            made.append((target.events, pipeline.create(plan, target.events, confirmed=command.yes, again=True)))
     except UserError as exc:
         for events, created in reversed(made):
             for event in created:

@@ -62,6 +62,14 @@ def instance_run(name: str) -> str | None:
     return name if lifetime.is_run_scoped(name) else scoped_run(name)
 
 
+def probe_body(definition: str) -> tuple[str, ...]:
+    """What a definition line probes and fetches, without its name, as the kernel echoes it back: the kernel
+    pads a uprobe's file offset with zeros and writes a return probe's maxactive (``r16:``)."""
+    head, _, rest = definition.partition(" ")
+    place, *args = rest.split() or [""]
+    return (head[:1], re.sub(r"0x0*(?=[0-9a-fA-F])", "0x", place), *args)
+
+
 @dataclass(frozen=True)
 class DynamicEvent:
     """One line of dynamic_events (or kprobe_events/uprobe_events on kernels without it)."""
@@ -170,6 +178,12 @@ class Events:
 
     def events_in(self, group: str) -> builtins.list[DynamicEvent]:
         return [e for e in self.list() if e.group == group]
+
+    def identical(self, probes: Iterable[CompiledProbe], group: str) -> builtins.list[DynamicEvent]:
+        """Events of ``group`` that probe the same place and fetch the same arguments as one of ``probes``,
+        whatever their names: made again, every hit would be recorded (and counted) twice."""
+        wanted = {probe_body(probe.definition()) for probe in probes}
+        return [event for event in self.events_in(group) if probe_body(event.definition) in wanted]
 
     def match(self, pattern: str) -> builtins.list[DynamicEvent]:
         """Events a ``del`` pattern names: ``GROUP/EVENT`` or ``GROUP:EVENT`` (globs), or ``EVENT`` glob.

@@ -201,11 +201,23 @@ def plan(request: ProbeRequest, target: ProbeTarget, also_taken: Iterable[str] =
     return Plan(spec, probes, advice, notes)
 
 
+class AlreadyMade(UserError):
+    """The same probes are in the kernel already, under other names: nothing was created."""
+
+
 def create(plan: Plan, events: Events, *, run_scoped: bool = False, pin: bool = False,
-           confirmed: bool = False) -> list[DynamicEvent]:
+           confirmed: bool = False, again: bool = False) -> list[DynamicEvent]:
     """Make the plan's probes (all or none); ``pin`` moves run-scoped ones to the persistent group.
 
-    A probe the feedback guard warns about is made only when ``confirmed``."""
+    A probe the feedback guard warns about is made only when ``confirmed``. One that probes the same place
+    with the same arguments as an event already in its group is refused unless ``again`` (perf's command
+    line makes such twins on purpose): a second copy would record and count every hit twice."""
+    if not again:
+        twins = events.identical(plan.probes, DEFAULT_PERSISTENT_GROUP if pin else plan.group)
+        if twins:
+            raise AlreadyMade(f"{', '.join(event.full_name for event in twins)} already probes this (same place, "
+                              "same arguments): nothing was made", "its events are on the events screen; change an "
+                              "argument, the place or the kind to make another probe")
     if plan.advice.needs_confirmation and not confirmed:
         offer = f"--filter {shlex.quote(plan.advice.session_filter)} to leave your session out, and " \
             if plan.advice.session_filter else ""

@@ -186,6 +186,38 @@ async def test_create_makes_a_run_scoped_uprobe_that_fires_and_goes_with_the_run
 
 
 @pytest.mark.live
+async def test_create_escape_create_makes_nothing_twice(prog, tracefs_root):
+    """^s, Esc (back from the events screen), ^s: the same probes are in the kernel already, so the second
+    Create makes nothing and says which event has them; a changed argument is a new probe."""
+    before = uprobes_on(tracefs_root, prog)
+    try:
+        app = app_for(prog)
+        async with app.run_test(size=(80, 24)) as pilot:
+            builder = await open_builder(pilot, "work")
+            await pilot.press(*"n")
+            await settled(pilot)
+            await pilot.press("ctrl+s")
+            await until(pilot, lambda: isinstance(app.screen, EventsScreen), "Create shows the events")
+            made = [line for line in uprobes_on(tracefs_root, prog) if line not in before]
+            await pilot.press("escape")
+            assert app.screen is builder and builder.created == [f"{lifetime.run_name()}/work"]
+            await settled(pilot)
+            await pilot.press("ctrl+s")
+            status = builder.query_one("#status")
+            await until(pilot, lambda: "already probes this" in str(status.render()), "the second Create answers")
+            assert f"{lifetime.run_name()}/work already probes this" in str(status.render())
+            assert app.screen is builder and len(builder.created) == 1
+            assert [line for line in uprobes_on(tracefs_root, prog) if line not in before] == made
+            await pilot.press(*" rec->id")  # another argument: another probe
+            await settled(pilot)
+            await pilot.press("ctrl+s")
+            await until(pilot, lambda: len(builder.created) == 2, "a different probe is made")
+    finally:
+        lifetime.undo.run_all()
+    assert uprobes_on(tracefs_root, prog) == before
+
+
+@pytest.mark.live
 async def test_pin_keeps_the_probe_in_the_persistent_group(prog, tracefs_root):
     before = uprobes_on(tracefs_root, prog)
     events = Events(Tracefs(tracefs_root))
