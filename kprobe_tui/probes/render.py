@@ -11,6 +11,7 @@ import shlex
 from collections.abc import Iterable
 
 from kprobe_tui.errors import UserError
+from kprobe_tui.kernel.lifetime import is_run_scoped
 from kprobe_tui.probes.spec import (
     MAX_EVENT_NAME_LEN,
     CompiledProbe,
@@ -138,6 +139,8 @@ def perf_command(spec: ProbeSpec, group: str | None = None, event: str | None = 
     if spec.kind == "fprobe":
         return "# perf probe cannot create fprobes (use the tracefs line above)"
     group, event = group or spec.group, event or spec.event
+    if group and is_run_scoped(group):  # a run's group goes with the run, and perf and we refuse to be given it
+        group = None  # perf's own default group then, as for any probe typed by hand
     head = spec.place_text()
     if spec.lazy is not None:  # perf splits the probe at spaces, and matches a ;PATTERN ignoring them
         head = "".join(head.split())

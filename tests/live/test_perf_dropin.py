@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -345,3 +346,23 @@ def test_vars_at_a_line_of_another_function_list_the_real_functions_variables(ag
     and lists its variables (nap's ms, rec's depth, main's argc) besides the inlined copy's."""
     theirs, _ = same(["-x", str(aggregate_prog), *words])
     assert theirs.returncode == 0 and re.search(r"\t\t(\[VAL\]\t)?long int\t(ms|depth)\b|\tint\targc\n", theirs.stdout)
+
+
+def test_the_builders_perf_line_runs_verbatim_in_perf_and_in_the_dropin(tracefs_root, clean, prog):
+    """The perf command the builder shows and F3 copies, for a probe in this run's group: perf and
+    ``kprobe-tui probe`` each run it as printed, and make the same probe (perf's group: the run's goes with it)."""
+    from kprobe_tui.kernel import lifetime
+    from kprobe_tui.probes import pipeline
+    from kprobe_tui.probes.render import command_rows
+
+    run_group = lifetime.run_name()
+    request = pipeline.ProbeRequest(("lab_recv:4", "len"), binary=str(prog), run_group=run_group)
+    plan = pipeline.plan(request, pipeline.ProbeTarget())
+    assert plan.group == run_group
+    [perf_line] = [command for label, command in command_rows(plan.spec, plan.probes[0]) if label == "perf"]
+    words = shlex.split(perf_line)
+    assert words[:2] == ["perf", "probe"] and run_group not in perf_line
+    theirs, their_lines = added(tracefs_root, perf, words[2:])
+    mine, my_lines = added(tracefs_root, kprobe_tui, words[2:])
+    assert theirs.returncode == mine.returncode == 0, mine.stderr
+    assert my_lines == their_lines and their_lines[0].startswith(f"p:{GROUP}/{plan.probes[0].event} ")
