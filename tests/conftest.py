@@ -20,6 +20,11 @@ blocking.checking = True
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
+# The app's colours and pictures are its own, not the terminal settings of whoever runs the suite: Textual
+# reads these when an app starts (NO_COLOR makes every snapshot monochrome). Tests of them set them themselves.
+for variable in ("NO_COLOR", "TEXTUAL_COLOR_SYSTEM", "TEXTUAL_FILTERS", "TEXTUAL_ANIMATIONS", "COLUMNS", "LINES"):
+    os.environ.pop(variable, None)
+
 
 @contextmanager
 def system_user(name: str) -> Iterator[tuple[int, int]]:

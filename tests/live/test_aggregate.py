@@ -170,7 +170,7 @@ def test_tail_takes_network_byte_order_filters_down_to_the_kernel(program, trace
     top.write("uprobe_events", f"p:{group}/work {program}:0x{offset:x} len=%di:s64 port=%si:u16\n")
     try:
         child = subprocess.Popen([sys.executable, "-m", "kprobe_tui", "tail", f"{group}/work", "--json", "--filter",
-                                  "ntohs(port) == 53", "--duration", "4"], cwd=PROJECT, stdout=subprocess.PIPE,
+                                  "ntohs(port) == 53", "--duration", "10"], cwd=PROJECT, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
         enable = tracefs_root / f"instances/kptui_{child.pid}/events/{group}/work/enable"
         for _ in range(400):
@@ -178,6 +178,9 @@ def test_tail_takes_network_byte_order_filters_down_to_the_kernel(program, trace
                 break
             assert child.poll() is None, child.stderr.read()
             subprocess.run(["sleep", "0.05"])
+        else:
+            child.kill()
+            pytest.fail("tail never enabled its event")
         kernel_filter = (tracefs_root / f"instances/kptui_{child.pid}/events/{group}/work/filter").read_text()
         run_workload(program, "values", "20")
         out, err = child.communicate(timeout=60)

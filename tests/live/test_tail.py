@@ -83,7 +83,7 @@ def start_tail(tracefs_root: Path, *args: str, event: str = f"{GROUP}/hit") -> s
 
 def test_json_events_carry_what_the_program_printed(probed, tracefs_root):
     top, binary = probed
-    child = start_tail(tracefs_root, "--json", "--duration", "3")
+    child = start_tail(tracefs_root, "--json", "--duration", "8")
     printed = expected(binary, 8)
     out, err = child.communicate(timeout=30)
     assert child.returncode == 0, err
@@ -101,7 +101,7 @@ def test_json_events_carry_what_the_program_printed(probed, tracefs_root):
 
 def test_filter_is_pushed_to_the_kernel_and_applied(probed, tracefs_root):
     top, binary = probed
-    child = start_tail(tracefs_root, "--filter", 'n >= 102 && s ~ "*a*"', "--duration", "3")
+    child = start_tail(tracefs_root, "--filter", 'n >= 102 && s ~ "*a*"', "--duration", "8")
     kernel_filter = (tracefs_root / f"instances/kptui_{child.pid}/events/{GROUP}/hit/filter").read_text().strip()
     own_threads = sorted(int(tid) for tid in os.listdir(f"/proc/{child.pid}/task"))  # main and reader
     printed = [row for row in expected(binary, 8) if row["n"] >= 102 and "a" in row["s"]]
