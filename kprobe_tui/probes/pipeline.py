@@ -206,14 +206,16 @@ class AlreadyMade(UserError):
 
 
 def create(plan: Plan, events: Events, *, run_scoped: bool = False, pin: bool = False,
-           confirmed: bool = False, again: bool = False) -> list[DynamicEvent]:
+           confirmed: bool = False, again: bool = False, replacing: DynamicEvent | None = None) -> list[DynamicEvent]:
     """Make the plan's probes (all or none); ``pin`` moves run-scoped ones to the persistent group.
 
     A probe the feedback guard warns about is made only when ``confirmed``. One that probes the same place
     with the same arguments as an event already in its group is refused unless ``again`` (perf's command
-    line makes such twins on purpose): a second copy would record and count every hit twice."""
+    line makes such twins on purpose): a second copy would record and count every hit twice. ``replacing``: the
+    event an edit deletes once these are made, which is no twin."""
     if not again:
-        twins = events.identical(plan.probes, DEFAULT_PERSISTENT_GROUP if pin else plan.group)
+        twins = [event for event in events.identical(plan.probes, DEFAULT_PERSISTENT_GROUP if pin else plan.group)
+                 if replacing is None or event.full_name != replacing.full_name]
         if twins:
             raise AlreadyMade(f"{', '.join(event.full_name for event in twins)} already probes this (same place, "
                               "same arguments): nothing was made", "its events are on the events screen; change an "

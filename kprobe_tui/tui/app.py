@@ -46,7 +46,7 @@ class KprobeTui(App):
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
         Binding("e", "tail_all", "Events"),
         Binding("l", "list_probes", "Probes"),
-        Binding("question_mark", "help", "Help"),
+        Binding("question_mark", "help", "Help", show=False),  # every footer shows it docked (KeyFooter)
         Binding("f1", "help", "Help", show=False, priority=True),  # also while typing in a box
     ]
     tracing: RunTracing | None = None  # made by the first screen that records (RunTracing.of)

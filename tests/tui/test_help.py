@@ -10,7 +10,7 @@ import pkgutil
 from rich.console import Console
 from textual.command import CommandList
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Footer, Input, Static
 
 from kprobe_tui.tui import screens
 from kprobe_tui.tui.screens.help import (
@@ -118,3 +118,31 @@ async def test_palette_switches_theme_and_remembers_it(tmp_path):
         assert app.theme == "high-contrast"
     assert config.load(path) == ({"theme": "high-contrast"}, None)
     assert config.choose_theme(None, path) == ("high-contrast", [])
+
+
+async def test_the_help_key_is_on_screen_at_80x24_and_a_click_opens_help_even_from_a_field():
+    """At 80 columns the footer cuts the app's keys: the help key is docked, visible on every main screen,
+    and a click on it opens help even while the filter has the focus (it presses F1, not a letter)."""
+    from textual.widgets._footer import FooterKey
+
+    from kprobe_tui.tui.widgets.key_footer import KeyFooter
+
+    app = kernel_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await catalog_loaded(pilot)
+        for reach in (None, to_events):
+            if reach is not None:
+                await reach(pilot)
+            screen = app.screen
+            [key] = [key for key in screen.query_one(KeyFooter).query(FooterKey) if key.has_class("-help")]
+            region = key.region
+            assert region.width and region.right <= 80 and region.y == 23, region
+            assert "? Help" in str(key.render())
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, type(screen)), "back from the events")
+        browser = app.screen
+        await pilot.press("slash", *"tcp")
+        [key] = [key for key in browser.query_one(KeyFooter).query(FooterKey) if key.has_class("-help")]
+        await pilot.click(key)
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen), "the click opens help")
+        assert browser.query_one("#filter", Input).value == "tcp"  # nothing typed into the filter

@@ -126,6 +126,23 @@ async def test_a_letter_typed_in_the_filter_is_text_never_an_action(prog, burst)
         assert isinstance(app.screen, FunctionsScreen) and len(app.screen_stack) == 2
 
 
+@pytest.mark.live
+async def test_back_from_the_source_a_letter_is_the_lists_action_not_filter_text(prog):
+    """``/work``, Enter (the source), Escape (back): the list has the focus, so ``c`` counts; the filter keeps
+    ``work`` and never becomes ``workc``."""
+    app = KprobeTui(locate(), BinaryCatalog(str(prog)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        functions = await _loaded(pilot)
+        await pilot.press("slash", *"work", "enter")
+        await _until(pilot, lambda: isinstance(app.screen, SourceScreen), "the source view opens")
+        await pilot.press("escape")
+        await _until(pilot, lambda: isinstance(app.screen, FunctionsScreen), "back on the functions")
+        assert functions.has_focus
+        await pilot.press("c")
+        await _until(pilot, lambda: not isinstance(app.screen, FunctionsScreen), "c opens the count")
+        assert app.screen_stack[1].query_one("#filter", Input).value == "work"
+
+
 async def test_arrows_in_the_filter_move_the_highlight_that_enter_opens(prog):
     app = KprobeTui(locate(), BinaryCatalog(str(prog)))
     async with app.run_test(size=(80, 24)) as pilot:

@@ -24,7 +24,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.suggester import Suggester
-from textual.widgets import Button, Footer, Header, Input, Select, Static, Tree
+from textual.widgets import Button, Header, Input, Select, Static, Tree
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import capabilities, lifetime
@@ -49,6 +49,7 @@ from kprobe_tui.stream.filterexpr import COMMON_FIELDS
 from kprobe_tui.tui.navigation import Back, ShowEvents
 from kprobe_tui.tui.plain import plain
 from kprobe_tui.tui.theming import LAYOUT
+from kprobe_tui.tui.widgets.key_footer import KeyFooter
 from kprobe_tui.tui.widgets.probe_preview import ProbePreview
 from kprobe_tui.tui.widgets.variable_tree import VariableTree
 from kprobe_tui.tui.work import Background
@@ -127,6 +128,7 @@ class ProbeBuilderScreen(Screen):
         self.initial_args = variable or ""
         self.preview: Preview | None = None
         self.created: list[str] = []
+        self.replaces: DynamicEvent | None = None  # the probe an edit deletes once the new one is made
         self.suggester = FieldSuggester()
         self._confirmed: BuildRequest | None = None  # the request a guard warning was confirmed for
         self._place: tuple[str, str] | None = None  # (kind, number) the tree's variables are for
@@ -197,7 +199,7 @@ class ProbeBuilderScreen(Screen):
                 yield Button("Pin", id="pin", compact=True,
                              tooltip="create and keep after kprobe-tui exits (until kprobe-tui del)")
             yield Button("Cancel", id="cancel", compact=True)
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self._update_number_box()
@@ -378,7 +380,8 @@ class ProbeBuilderScreen(Screen):
         if preview.error is not None:
             return preview, None
         try:
-            return preview, pipeline.create(preview.plan, self.events, run_scoped=True, pin=pin, confirmed=confirmed)
+            return preview, pipeline.create(preview.plan, self.events, run_scoped=True, pin=pin, confirmed=confirmed,
+                                            replacing=self.replaces)
         except UserError as exc:
             return preview, exc
 

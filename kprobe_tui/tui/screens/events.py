@@ -22,7 +22,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Sparkline, Static
+from textual.widgets import Input, Sparkline, Static
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.access import tail_denied
@@ -40,6 +40,7 @@ from kprobe_tui.tui.theming import LAYOUT
 from kprobe_tui.tui.tracing import RunTracing
 from kprobe_tui.tui.widgets.event_table import EventTable, show_value
 from kprobe_tui.tui.widgets.filter_bar import FilterBar
+from kprobe_tui.tui.widgets.key_footer import KeyFooter
 from kprobe_tui.tui.work import Background
 
 if TYPE_CHECKING:
@@ -109,7 +110,7 @@ class EventsScreen(Screen):
         yield Vertical(id="rates")
         with VerticalScroll(id="detail"):
             yield Static("", id="detail-text")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         if self.tracefs is not None:

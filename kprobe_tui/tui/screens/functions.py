@@ -9,7 +9,7 @@ from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Input, Static
+from textual.widgets import Header, Input, Static
 
 from kprobe_tui.kernel.catalog import STATUS_HELP, Function, FunctionCatalog, Status
 from kprobe_tui.matching import MODES, IncrementalFilter, Matcher
@@ -19,6 +19,7 @@ from kprobe_tui.tui.plain import plain
 from kprobe_tui.tui.theming import LAYOUT
 from kprobe_tui.tui.widgets.filter_bar import FilterBar
 from kprobe_tui.tui.widgets.function_list import STATUS_GLYPH, FunctionList
+from kprobe_tui.tui.widgets.key_footer import KeyFooter
 from kprobe_tui.tui.work import Background
 
 
@@ -34,13 +35,13 @@ class FunctionsScreen(Screen):
     AUTO_FOCUS = "FunctionList"
     BINDINGS = [
         Binding("slash", "focus_filter", "Filter"),
-        Binding("ctrl+t", "cycle_mode", "Match mode"),
+        Binding("ctrl+t", "cycle_mode", "Match mode", show=False),  # the filter's line says it, with the mode
         Binding("escape", "escape", "Clear", show=False),
         Binding("tab", "focus_next", "Next pane", show=False),
         Binding("n", "show_notes", "Notes", show=False),
         Binding("p", "build_probe", "Probe"),
-        Binding("c", "count_calls", "Count calls", show=False),  # in help and the palette; the footer is full
-        Binding("L", "latency", "Latency", show=False),
+        Binding("c", "count_calls", "Count"),
+        Binding("L", "latency", "Latency"),
     ]
     # While typing in the filter, these move the list's highlight (the list, focused, has them as bindings;
     # here they are keys, not bindings, so help lists the list's own once).
@@ -64,7 +65,7 @@ class FunctionsScreen(Screen):
         yield FunctionList(self._status_of, self._module_of, id="functions")
         yield Static("", id="detail")
         yield Static("", id="legend")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.query_one("#detail", Static).update("Reading /proc/kallsyms, the ftrace list and the blacklist…")
@@ -92,9 +93,14 @@ class FunctionsScreen(Screen):
 
     @on(Input.Submitted, "#filter")
     def _filter_submitted(self) -> None:
-        """Enter in the filter opens the highlighted function, as Enter on the list does."""
-        name = self.query_one(FunctionList).current
+        """Enter in the filter opens the highlighted function, as Enter on the list does.
+
+        The list takes the focus first: back from the source (Escape), a letter is the list's action
+        (``c`` counts), not one more letter of a filter the user has left."""
+        functions = self.query_one(FunctionList)
+        name = functions.current
         if name is not None:
+            self.set_focus(functions)
             self.post_message(OpenSource(name))
 
     def apply_filter(self) -> None:

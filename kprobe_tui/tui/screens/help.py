@@ -132,11 +132,14 @@ class HelpScreen(ModalScreen):
             yield Static("Keys on this screen", classes="help-heading")
             yield Static(_keys_table(self.app, self._screen_bindings()), classes="help-body")
             yield Static("Keys everywhere", classes="help-heading")
+            yield Static("In a text field (a filter, the builder's form) a letter or ? is text: F1, ctrl+c and "
+                         "ctrl+p work there too; Escape leaves a filter, and goes back from the builder.",
+                         classes="help-body", markup=False)
             app_bindings = own_bindings(self.app) + [Binding("ctrl+p", "command_palette", "Every action, themes")]
             yield Static(_keys_table(self.app, app_bindings), classes="help-body")
             yield Static("The golden rule of tracing", classes="help-heading")
             yield Static(GOLDEN_RULE, classes="help-body", markup=False)
-        yield Footer()
+        yield Footer()  # no Help key on help itself
 
     def on_mount(self) -> None:
         self.query_one("#help").focus()

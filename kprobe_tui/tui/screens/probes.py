@@ -20,7 +20,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import Button, DataTable, Footer, Input, Static
+from textual.widgets import Button, DataTable, Input, Static
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import lifetime
@@ -44,6 +44,7 @@ from kprobe_tui.tui.plain import plain
 from kprobe_tui.tui.theming import LAYOUT
 from kprobe_tui.tui.tracing import RunTracing
 from kprobe_tui.tui.widgets.filter_bar import FilterBar
+from kprobe_tui.tui.widgets.key_footer import KeyFooter
 from kprobe_tui.tui.work import Background
 
 if TYPE_CHECKING:
@@ -109,7 +110,7 @@ class ProbesScreen(Screen):
             yield Button("Tail", id="tail", compact=True)
             yield Button("Edit", id="edit", compact=True)
             yield Button("Delete", id="delete", variant="error", compact=True)
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self._reset_table()

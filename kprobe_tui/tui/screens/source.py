@@ -21,7 +21,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Button, Footer, Static
+from textual.widgets import Button, Static
 
 from kprobe_tui.debuginfo.debuginfod import Cancel, Client, Progress
 from kprobe_tui.debuginfo.describe import format_points
@@ -33,6 +33,7 @@ from kprobe_tui.tui.navigation import Back, OpenBuilder
 from kprobe_tui.tui.plain import plain
 from kprobe_tui.tui.theming import LAYOUT
 from kprobe_tui.tui.widgets.download_bar import DownloadBar
+from kprobe_tui.tui.widgets.key_footer import KeyFooter
 from kprobe_tui.tui.widgets.source_view import SourceView
 from kprobe_tui.tui.work import Background
 
@@ -117,7 +118,7 @@ class SourceScreen(Screen):
             with Horizontal(id="kind-buttons"):
                 yield Button("Entry probe", id="entry", variant="primary", compact=True)
                 yield Button("Return probe", id="return", compact=True)
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.load()  # once: a screen popped back to keeps what it read

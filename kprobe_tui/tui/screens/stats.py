@@ -23,7 +23,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Sparkline, Static
+from textual.widgets import Input, Sparkline, Static
 
 from kprobe_tui.aggregate.model import Aggregation, Field, Linear, Log2, parse_linear
 from kprobe_tui.aggregate.offer import Choice
@@ -38,6 +38,7 @@ from kprobe_tui.probes.edit import edit_target
 from kprobe_tui.tui.navigation import Back
 from kprobe_tui.tui.plain import plain
 from kprobe_tui.tui.theming import LAYOUT
+from kprobe_tui.tui.widgets.key_footer import KeyFooter
 from kprobe_tui.tui.widgets.stats_table import StatsTable
 from kprobe_tui.tui.work import Background
 
@@ -299,7 +300,7 @@ class StatsScreen(Screen):
         yield StatsTable()
         yield Static("", id="summary")
         yield Input(placeholder="MIN,MAX,STEP  (e.g. 0,1000,100; Enter: apply, Escape: keep)", id="linear-range")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         if self.sources is not None:

@@ -37,7 +37,7 @@ class FunctionList(CursorView):
         "function-list--module",
         *(f"function-list--{status.value}" for status in Status),
     }
-    BINDINGS = [Binding("end", "jump(-1)", "Last", show=False), Binding("enter", "select", "Open source")]
+    BINDINGS = [Binding("end", "jump(-1)", "Last", show=False), Binding("enter", "select", "Source")]
 
     class Highlighted(Message):
         """The cursor is on a new function (or on none: ``name`` is None)."""
