@@ -142,3 +142,26 @@ async def test_enter_opens_the_source_of_a_user_function(tmp_path, monkeypatch):
         assert builder.query_one("#number").value == str(line - expected.offset)
         await pilot.press("escape", "escape")
         assert app.screen.query_one(FunctionList) is functions
+
+
+async def test_the_why_pane_shows_the_whole_reason_at_80x24():
+    """The longest reasons (a freed __init function, a breakpoint-only one) wrap to the end within the pane
+    at 80 columns: the last words are on screen, not cut mid-sentence."""
+    import html
+    import re
+
+    from tests.tui.states import catalog_loaded, kernel_app
+
+    app = kernel_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await catalog_loaded(pilot)
+        for name, last_words in (("aio_setup", "leaves it out too)"), (".E_copy", "with more overhead")):
+            await pilot.press("slash", "ctrl+a", "ctrl+k", *name, "escape")
+            await pilot.pause()
+            await pilot.pause(0.2)
+            svg = app.export_screenshot()
+            lines = {}
+            for y, text in re.findall(r'<text[^>]*y="([\d.]+)"[^>]*>(.*?)</text>', svg):
+                lines[float(y)] = lines.get(float(y), "") + html.unescape(re.sub("<[^>]+>", "", text))
+            screen = "\n".join(lines[y].replace("\xa0", " ") for y in sorted(lines))
+            assert last_words in screen, screen
