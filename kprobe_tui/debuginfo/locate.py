@@ -308,6 +308,12 @@ def _replace(located: LocatedDebugInfo, **changes) -> LocatedDebugInfo:
     return replace(located, **changes)
 
 
+def snapshot_debug_hint(release: str) -> str:
+    """What to give for the source of a kernel that is not the running one (a snapshot's)."""
+    return (f"pass -k with kernel {release}'s debug vmlinux (Debian's linux-image-{release}-dbg installs it as "
+            f"/usr/lib/debug/boot/vmlinux-{release}; elsewhere: its debuginfod server, by the snapshot's build-id)")
+
+
 def kernel_candidates(release: str) -> list[Path]:
     """The usual places distributions put a debug vmlinux, in the order they are tried."""
     return [

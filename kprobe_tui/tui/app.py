@@ -102,7 +102,8 @@ class KprobeTui(App):
         self.push_screen(FunctionsScreen(self.load_catalog))
         self._gc_timer = self.set_interval(0.25, self._freeze_when_warm)
         if self.access.lab:
-            self.notify(self.access.banner(), title="Lab mode", severity="warning", timeout=30)
+            # 8 s, not 30: the notice lies over the why-pane and the source's buttons (the title keeps saying it)
+            self.notify(self.access.banner(), title="Lab mode", severity="warning", timeout=8)
         self.theme_changed_signal.subscribe(self, self._remember_theme)
         for note in self.notes:
             self.notify(note, title="Config", severity="warning", timeout=15)
@@ -168,7 +169,8 @@ class KprobeTui(App):
         if self.binary is not None:
             target = DebugTarget(binary=str(self.binary.path), source_dir=self.source_dir)
         else:
-            target = DebugTarget(vmlinux=self.vmlinux, source_dir=self.source_dir, module=self._module_of(function))
+            target = DebugTarget(vmlinux=self.vmlinux, source_dir=self.source_dir, module=self._module_of(function),
+                                 snapshot_of=None if self.sources.live else self.sources.release)
         prototype = (lambda: self.catalog.function(function).prototype) if self.catalog is not None else None
         self.push_screen(SourceScreen(target, source_function(function), symbol=function, prototype=prototype))
 

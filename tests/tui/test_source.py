@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -210,3 +211,23 @@ async def test_a_clone_shows_its_source_function_and_probes_the_clone(tmp_path):
         await settle(app, pilot)
         await pilot.press("enter")
         assert [(m.function, m.kind) for m in app.requests] == [("tcp_ack.isra.0", "entry")]
+
+
+async def test_a_snapshots_kernel_function_advises_that_kernels_debug_info_not_this_machines():
+    """Enter on a function of a Debian 6.12 snapshot: the advice names 6.12's package, never the running
+    kernel's, and no debug file of this machine is looked for (it would be another kernel's source)."""
+    from kprobe_tui.kernel.snapshot import open_snapshot
+    from kprobe_tui.tui.app import KprobeTui
+    from tests.tui.states import catalog_loaded, until
+
+    sources = open_snapshot(Path(__file__).parents[1] / "fixtures" / "snapshots" / "debian-6.12.tar.gz")
+    app = KprobeTui(sources)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await catalog_loaded(pilot)
+        await pilot.press("slash", *"vfs_read", "enter")
+        await until(pilot, lambda: isinstance(app.screen, SourceScreen), "the source view opens")
+        screen = app.screen
+        await until(pilot, lambda: screen.fallback, "the BTF fallback is shown")
+        said = str(screen.query_one("#source-title", Static).render()) + str(screen.query_one("#missing", Static).render())
+        assert f"snapshot of kernel {sources.release}" in said and f"linux-image-{sources.release}-dbg" in said
+        assert os.uname().release not in said

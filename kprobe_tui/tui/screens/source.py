@@ -26,6 +26,7 @@ from textual.widgets import Button, Static
 from kprobe_tui.debuginfo.debuginfod import Cancel, Client, Progress
 from kprobe_tui.debuginfo.describe import format_points
 from kprobe_tui.debuginfo.lines import LineRange, LineSpec, SourceText, find_line_range, source_text
+from kprobe_tui.debuginfo.locate import snapshot_debug_hint
 from kprobe_tui.debuginfo.scope import DebugInfo, PointSpec, open_debuginfo
 from kprobe_tui.errors import UserError
 from kprobe_tui.textsafe import printable
@@ -46,8 +47,12 @@ class DebugTarget:
     vmlinux: str | None = None
     source_dir: str | None = None
     module: str | None = None
+    snapshot_of: str | None = None  # the release of a snapshot's kernel: not this machine's, so never looked for here
 
     def open(self, debuginfod=None) -> DebugInfo:
+        if self.snapshot_of and not (self.binary or self.vmlinux):
+            raise UserError(f"this is a snapshot of kernel {self.snapshot_of}, not the kernel running here: its debug "
+                            "info is not looked for on this machine", snapshot_debug_hint(self.snapshot_of))
         return open_debuginfo(binary=self.binary, vmlinux=None if self.module else self.vmlinux,
                               source_dir=self.source_dir, module=self.module, debuginfod=debuginfod)
 
