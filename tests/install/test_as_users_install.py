@@ -133,9 +133,9 @@ def test_the_installed_tui_paints_its_function_list_at_80x24(installed, tmp_path
         pane.tmux("send-keys", "-t", "t", "-l", f"cd {elsewhere} && env -i PATH=/usr/bin:/bin HOME={env['HOME']} "
                                                  f"TERM=xterm-256color {command}")
         pane.tmux("send-keys", "-t", "t", "Enter")
-        pane.wait(lambda: "CDAT_read" in pane.screen(), "the function list is painted")  # the snapshot's first rows
+        pane.wait(lambda: "BIT_initDStream" in pane.screen(), "the function list is painted")  # the snapshot's first rows
         screen = pane.screen()
-        assert "kprobe-tui" in screen and "Traceback" not in screen
+        assert "kprobe-tui" in screen and "? Help" in screen and "Traceback" not in screen
         pane.tmux("send-keys", "-t", "t", "q")
         pane.wait(lambda: "EXIT=0" in pane.screen(), "the TUI quits with status 0")
     finally:
