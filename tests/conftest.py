@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import signal
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +20,10 @@ from kprobe_tui.kernel.sources import locate
 blocking.checking = True
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+# Started in the background of a script (`cmd &`), the suite inherits SIGINT ignored, and so would every child the
+# tests send a Ctrl-C to (count, latency, a download): they never stopped. A handled SIGINT is reset at exec.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # The app's colours and pictures are its own, not the terminal settings of whoever runs the suite: Textual
 # reads these when an app starts (NO_COLOR makes every snapshot monochrome). Tests of them set them themselves.
