@@ -27,6 +27,21 @@ class Terminal:
         self.tmux("send-keys", "-t", "t", "-l", line)
         self.tmux("send-keys", "-t", "t", "Enter")
 
+    def keys(self, *keys: str) -> None:
+        """Keys by tmux's names (Enter, Escape, C-s, F1), or letters typed as a person types them."""
+        self.tmux("send-keys", "-t", "t", *keys)
+
+    def click(self, x: int, y: int) -> None:
+        """A left click at column ``x``, row ``y`` (0-based), as the terminal reports it (SGR mouse, 1006)."""
+        self.tmux("send-keys", "-t", "t", "-l", f"\x1b[<0;{x + 1};{y + 1}M\x1b[<0;{x + 1};{y + 1}m")
+
+    def find(self, text: str) -> tuple[int, int]:
+        """Where ``text`` first shows on the screen: (column, row), for a click."""
+        for row, line in enumerate(self.screen().splitlines()):
+            if text in line:
+                return line.index(text), row
+        raise AssertionError(f"{text!r} is not on the screen:\n{self.screen()}")
+
     def screen(self) -> str:
         return self.tmux("capture-pane", "-p", "-t", "t")
 

@@ -99,7 +99,7 @@ class AggregationRun:
         kept = []
         for target in self.targets.items:
             try:
-                self._created += self._events.create([target.probe], run_scoped=True)
+                self._created += self._events.create(target.probes, run_scoped=True)
             except KernelRefused as exc:
                 if not self.targets.globbed:
                     raise

@@ -11,7 +11,6 @@ hot paths nobody asked for by name), never blacklisted or ambiguous ones, and at
 
 from __future__ import annotations
 
-import bisect
 import fnmatch
 import shlex
 from dataclasses import dataclass, field, replace
@@ -20,6 +19,7 @@ from pathlib import Path
 from kprobe_tui.aggregate.model import Aggregation
 from kprobe_tui.errors import UserError
 from kprobe_tui.probes.compile import compile_spec, running_kernel_vmlinux
+from kprobe_tui.probes.pipeline import check_kernel_function
 from kprobe_tui.probes.render import default_arg_name
 from kprobe_tui.probes.spec import CompiledProbe, ProbeArg, ProbeSpec, parse_arg, parse_spec
 from kprobe_tui.stream import filterexpr
@@ -41,9 +41,13 @@ RETURN_MAXACTIVE = 4096
 
 @dataclass(frozen=True)
 class Target:
-    probe: CompiledProbe
+    probes: tuple[CompiledProbe, ...]  # one event: several where a line has several addresses
     label: str  # the function, as the probe key shows it
     role: str = "hit"  # hit, entry, return
+
+    @property
+    def probe(self) -> CompiledProbe:
+        return self.probes[0]
 
     @property
     def group(self) -> str:
@@ -179,33 +183,25 @@ class TargetBuilder:
         if added or len(kept) != len(spec.args):
             spec = parse_spec(words[:1] + [str(arg) for arg in kept + added], binary=self.binary, group=self.group)
         if not spec.is_uprobe and spec.function:
-            self._check_kernel_function(spec.function)
-        for probe in self._compile(spec):
-            for fetch in probe.args:
+            check_kernel_function(spec.function, self._load_catalog())
+        for probes in self._compile(spec):
+            for fetch in probes[0].args:
                 if fetch.source is not None and fetch.name != COMM_ARGUMENT:  # comm is the model's "comm"
                     targets.arguments.setdefault(argument_name(fetch.source), fetch.name)
-            targets.items.append(Target(probe, spec.function or spec.place_text(), role))
+            targets.items.append(Target(probes, spec.function or spec.place_text(), role))
 
-    def _compile(self, spec: ProbeSpec) -> list[CompiledProbe]:
+    def _compile(self, spec: ProbeSpec) -> list[tuple[CompiledProbe, ...]]:
+        """The spec's probes, by event: a line of several addresses is one event, hit at any of them."""
         vmlinux = running_kernel_vmlinux(spec) if self.kernel.live else None
         probes = compile_spec(spec, self.group, self.taken, readme=self.readme, btf_path=self.kernel.btf_vmlinux,
                               vmlinux=vmlinux)
         if spec.is_return and not spec.is_uprobe:
             probes = [replace(probe, maxactive=RETURN_MAXACTIVE) for probe in probes]
-        self.taken += [probe.event for probe in probes]
-        return probes
-
-    def _check_kernel_function(self, name: str) -> None:
-        """Refuse unknown, blacklisted and ambiguous functions before the kernel does, with the reason."""
-        from kprobe_tui.kernel.catalog import Status
-
-        catalog = self._load_catalog()
-        at = bisect.bisect_left(catalog.names, name)
-        if catalog.names[at : at + 1] != [name]:
-            raise UserError(f"{name!r}: no such kernel function", f"search with: kprobe-tui funcs '*{name}*'")
-        status, reason = catalog.classify(name)
-        if status in (Status.BLACKLISTED, Status.AMBIGUOUS, Status.FREED):
-            raise UserError(f"{name!r}: {reason}", "pick another function (kprobe-tui funcs lists probeable ones)")
+        events: dict[str, list[CompiledProbe]] = {}
+        for probe in probes:
+            events.setdefault(probe.event, []).append(probe)
+        self.taken += list(events)
+        return [tuple(same) for same in events.values()]
 
     def _load_catalog(self):
         if self._catalog is None:
@@ -242,8 +238,8 @@ class TargetBuilder:
             except UserError:
                 targets.skip("names a probe spec cannot spell", name)
                 continue
-            for probe in self._compile(spec):
-                targets.items.append(Target(probe, name, "hit"))
+            for probes in self._compile(spec):
+                targets.items.append(Target(probes, name, "hit"))
 
     def _left_out(self, name: str, classify) -> str | None:
         from kprobe_tui.kernel.catalog import Status
@@ -258,4 +254,5 @@ class TargetBuilder:
         if status in (Status.FTRACE, Status.PROBEABLE, Status.CLONE):
             return None
         return {Status.BLACKLISTED: "blacklisted", Status.AMBIGUOUS: "ambiguous (several symbols share the name)",
-                Status.HIDDEN: "unknown (addresses hidden)", Status.FREED: "freed after boot (__init)"}.get(status, status.value)
+                Status.HIDDEN: "unknown (addresses hidden)", Status.FREED: "freed after boot (__init)",
+                Status.NO_KPROBES: "not probeable (this kernel has no kprobes)"}.get(status, status.value)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kprobe_tui.kernel import capabilities, sources
+from kprobe_tui.kernel import sources
 
 
 # -x BINARY: also say whether that program can be probed, and where its debug info is.
@@ -15,38 +15,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from kprobe_tui.debuginfo.debuginfod import Client, setup_report
-    from kprobe_tui.debuginfo.locate import running_kernel_build_id
+    from kprobe_tui.doctor import report
 
-    found = sources.from_args(args)
-    print(capabilities.report(capabilities.detect(found)))
-    # Whether a server has this kernel's debug info is asked of the running kernel only (one small request
-    # to each server the user named), not of a snapshot's.
-    print("\n" + "\n".join(setup_report(Client(), running_kernel_build_id() if found.live else None)))
-    if args.binary:
-        print("\n" + _binary_report(args.binary))
+    print(report(sources.from_args(args), args.binary))
     return 0
-
-
-def _binary_report(binary: str) -> str:
-    """Whether uprobes can go on a program, and whether its variables can be named (its DWARF)."""
-    from kprobe_tui.debuginfo.debuginfod import Client
-    from kprobe_tui.debuginfo.locate import find_binary_debuginfo
-    from kprobe_tui.errors import UserError
-    from kprobe_tui.machine import require_x86_64_elf
-    from kprobe_tui.textsafe import printable
-
-    try:
-        require_x86_64_elf(binary)
-    except UserError as exc:
-        return printable(f"-x {binary}: not probeable: {exc}", keep="\n")
-    try:
-        located = find_binary_debuginfo(binary, Client(offline=True))
-    except UserError as exc:
-        return printable(f"-x {binary}: probeable with uprobes, values through registers only: {exc}", keep="\n")
-    where = "in the file itself" if located.debug_file == located.binary else f"in {located.debug_file}"
-    build_id = f" (build-id {located.build_id})" if located.build_id else ""
-    lines = [f"-x {located.binary}: probeable with uprobes; variables by name: debug info {where}{build_id}"]
-    if located.note:
-        lines.append(f"  note: {located.note}")
-    return printable("\n".join(lines), keep="\n")

@@ -242,13 +242,13 @@ def _create(command: PerfCommand, plans) -> None:
 def _report(command: PerfCommand, plans) -> None:
     from kprobe_tui.perfprobe import text
     from kprobe_tui.probes.notes import prologue_entry
-    from kprobe_tui.probes.render import bpftrace_oneliner, command_rows, perf_command
+    from kprobe_tui.probes.render import bpftrace_oneliner, by_event, command_rows, perf_command
 
     if command.json:
         print(json.dumps([
             {"group": p.group, "event": p.event, "control_file": p.control_file, "definition": p.definition(),
              "filter": plan.spec.filter, "perf": perf_command(plan.spec, p.group, p.event),
-             "bpftrace": bpftrace_oneliner(plan.spec, p), "notes": list(p.notes), "created": not command.dry_run}
+             "bpftrace": bpftrace_oneliner(plan.spec, [p]), "notes": list(p.notes), "created": not command.dry_run}
             for plan in plans for p in plan.probes
         ], indent=2))
         return
@@ -270,11 +270,11 @@ def _report(command: PerfCommand, plans) -> None:
         sys.stderr.write(printable(text.added(lines, last), keep="\n\t"))
     if command.explain:
         for plan in plans:
-            for probe in plan.probes:
-                print(f"{probe.group}:{probe.event}")
-                for note in probe.notes:
+            for same in by_event(plan.probes):
+                print(f"{same[0].group}:{same[0].event}")
+                for note in dict.fromkeys(note for probe in same for note in probe.notes):
                     print(f"  {'note:':<9} {note}")
-                for label, row in command_rows(plan.spec, probe):
+                for label, row in command_rows(plan.spec, same):
                     print(f"  {label + ':' if label else '':<9} {row}")
 
 

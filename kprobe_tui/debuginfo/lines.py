@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kprobe_tui.debuginfo import dwarfinfo as dw
 from kprobe_tui.debuginfo.corrupt import reports_corruption
@@ -214,9 +214,13 @@ def find_line_range(info, spec: LineSpec) -> LineRange:
     saved = info.index.answer(key)
     if saved is not None:
         cu_offset, comp_dir, path, offset, start, end, lines, from_inlined = saved
+        described = info.index.answer(f"{key} alias of")
+        spec = replace(spec, function=described) if described else spec
         return LineRange(spec, path, cu_offset, comp_dir, offset, start, end, lines, from_inlined, info)
     found = _find_line_range(info, spec)
     info.index.save_answer(key, found.to_saved())
+    if found.spec.function != spec.function:
+        info.index.save_answer(f"{key} alias of", found.spec.function)
     return found
 
 
@@ -228,6 +232,9 @@ def _find_line_range(info, spec: LineSpec) -> LineRange:
     if not definitions:
         raise UserError(f"function {spec.function!r} not found in the debug info of {info.located.debug_file}",
                         "check the spelling, or give FUNC@FILE for a static function")
+    described = dw.name_of(definitions[0])
+    if described and described != spec.function:  # an alias (puts): the function's range, under its name
+        spec = replace(spec, function=described)
     fallback = None
     for die in definitions:
         unit = info.units.of(die.cu)

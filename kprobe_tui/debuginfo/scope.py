@@ -278,7 +278,23 @@ class DebugInfo:
         found = self._definitions_in(self.index.cus(name), name, file)
         if not found and self._scan(name):  # a function that exists only inlined has no symbol
             found = self._definitions_in(self.index.cus(name), name, file)
-        return found
+        alias = None if found or file is not None else self.aliased(name)
+        return self.definitions(alias) if alias else found
+
+    def aliased(self, name: str) -> str | None:
+        """The function DWARF describes at the address of a symbol it does not name (an alias: libc's ``puts``
+        is ``_IO_puts``), as perf's find_alternative_probe_point finds it; None when there is none."""
+        address = next((at for symbol, at in self.symbols.names() if symbol == name), None)
+        cu_offset = self.aranges.cu_at(address) if address is not None else None
+        if cu_offset is None:
+            return None
+        cu = self.cu(cu_offset)
+        self._index_unit(self.units.of(cu))
+        for low, high, die_offset in self.index.function_ranges(cu_offset):
+            if low <= address < high:
+                found = dw.name_of(cu.get_DIE_from_refaddr(die_offset))
+                return found if found != name else None
+        return None
 
     @reports_corruption(_debug_file)
     def definitions_in_every_unit(self, name: str, file: str | None = None) -> list:
@@ -287,7 +303,12 @@ class DebugInfo:
         Units that only inline it count too (``read_cr3_pa`` in every file that calls it)."""
         self._scan(name)
         first: dict[int, Any] = {}
-        for die in self._definitions_in(self.index.cus(name), name, file):
+        found = self._definitions_in(self.index.cus(name), name, file)
+        alias = None if found or file is not None else self.aliased(name)
+        if alias:
+            self._scan(alias)
+            found = self._definitions_in(self.index.cus(alias), alias, file)
+        for die in found:
             first.setdefault(die.cu.cu_offset, die)
         return list(first.values())
 

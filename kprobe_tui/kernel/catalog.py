@@ -33,10 +33,16 @@ class Status(str, Enum):
     BLACKLISTED = "blacklisted"  # the kernel refuses to probe it
     HIDDEN = "hidden"  # not enough information to tell
     FREED = "freed"  # __init code: the kernel freed it after boot
+    NO_KPROBES = "no-kprobes"  # the kernel was built without kprobes: nothing of it can be probed
 
     @property
     def probeable(self) -> bool:
         return self in (Status.FTRACE, Status.BREAKPOINT, Status.PROBEABLE, Status.CLONE)
+
+    @property
+    def refused(self) -> bool:
+        """A probe asked for by this name fails whatever it says: refused before the kernel is asked."""
+        return self in (Status.BLACKLISTED, Status.AMBIGUOUS, Status.FREED, Status.NO_KPROBES)
 
 
 STATUS_HELP = {
@@ -48,6 +54,7 @@ STATUS_HELP = {
     Status.BLACKLISTED: "blacklisted: the kernel refuses it",
     Status.HIDDEN: "unknown: addresses or lists hidden",
     Status.FREED: "freed: __init code, gone after boot",
+    Status.NO_KPROBES: "no kprobes: this kernel cannot probe it",
 }
 
 _HEX = frozenset("0123456789abcdefABCDEF")
@@ -201,11 +208,13 @@ class Catalog:
         self._btf = None
         self._module_btf: dict[str, object] = {}
         tracefs = sources.tracefs
-        if tracefs is not None and os.access(tracefs, os.X_OK) and not os.path.exists(tracefs / "kprobe_events"):
-            self.notes.append(
-                "this kernel has no kprobe_events (built without CONFIG_KPROBES): no kernel function can be "
-                "probed here; the statuses say what a kprobe-enabled build would allow"
-            )
+        self.without_kprobes = tracefs is not None and os.access(tracefs, os.X_OK) and \
+            not os.path.exists(tracefs / "kprobe_events")
+        if self.without_kprobes:  # no status says probeable: the legend says why
+            self.labels = {Status.NO_KPROBES: "no kprobes in this kernel", Status.AMBIGUOUS: "ambiguous",
+                           Status.HIDDEN: "hidden", Status.FREED: "freed"}
+            self.notes.append("this kernel has no kprobe_events (built without CONFIG_KPROBES): no kernel function "
+                              "can be probed here; uprobes work (kprobe-tui -x PROGRAM)")
         self._load_kallsyms()
         # Whether addresses are hidden decides whether a function's status can be told without the
         # ftrace list (HIDDEN): then it is read whatever was asked.
@@ -351,6 +360,15 @@ class Catalog:
         return Function(name, module, symbols, self._size(symbols), status, reason, self.prototype(name, module))
 
     def _classify(self, name: str, symbols: tuple[Symbol, ...]) -> tuple[Status, str]:
+        status, reason = self._classify_symbol(name, symbols)
+        if self.without_kprobes and status.probeable:
+            return Status.NO_KPROBES, (
+                "this kernel was built without kprobes (no kprobe_events in tracefs): it cannot be probed here; "
+                f"uprobes can (kprobe-tui -x PROGRAM). With kprobes: {reason}"
+            )
+        return status, reason
+
+    def _classify_symbol(self, name: str, symbols: tuple[Symbol, ...]) -> tuple[Status, str]:
         init = self._init_text
         if init and symbols and all(not s.module and init[0] <= s.address < init[1] for s in symbols):
             return Status.FREED, (

@@ -80,6 +80,12 @@ class DynamicEvent:
     definition: str  # the line as the kernel shows it
     is_uprobe: bool
     made: bool = False  # a persistent probe kprobe-tui made (registry), whatever its group
+    extra: tuple[str, ...] = ()  # its other probes' lines: the kernel appends a line's addresses to one event
+
+    @property
+    def definitions(self) -> tuple[str, ...]:
+        """Every probe of the event, as the kernel shows them (one, or a line's several addresses)."""
+        return (self.definition, *self.extra)
 
     @property
     def full_name(self) -> str:
@@ -159,22 +165,25 @@ class Events:
         """Every dynamic event of every owner (the persistent ones kprobe-tui made marked ``made``)."""
         listed_at = time.time()
         found: dict[str, DynamicEvent] = {}
-        if self.tracefs.exists("dynamic_events"):
-            for line in self.tracefs.read("dynamic_events").splitlines():
-                event = parse_definition(line, None)
-                if event:
-                    found[event.full_name] = event
         # uprobe_events tells uprobes apart for sure; kprobe_events exists on kernels without dynamic_events
-        for rel, is_uprobe in (("uprobe_events", True), ("kprobe_events", False)):
+        for rel, is_uprobe in (("dynamic_events", None), ("uprobe_events", True), ("kprobe_events", False)):
             if self.tracefs.exists(rel):
-                for line in self.tracefs.read(rel).splitlines():
-                    event = parse_definition(line, is_uprobe)
-                    if event:
-                        found[event.full_name] = event
+                found.update(self._read_definitions(rel, is_uprobe))
         if self.tracefs.writable:  # the live kernel: a snapshot's probes were made on another machine
             made = registry.ours(found.values(), listed_at)
             found = {name: replace(event, made=name in made) for name, event in found.items()}
         return sorted(found.values(), key=lambda e: (e.group, e.event))
+
+    def _read_definitions(self, rel: str, is_uprobe: bool | None) -> dict[str, DynamicEvent]:
+        """One control file's events, an event of several probes (lines of one name) as one."""
+        found: dict[str, DynamicEvent] = {}
+        for line in self.tracefs.read(rel).splitlines():
+            event = parse_definition(line, is_uprobe)
+            if event is None:
+                continue
+            first = found.get(event.full_name)
+            found[event.full_name] = event if first is None else replace(first, extra=(*first.extra, event.definition))
+        return found
 
     def events_in(self, group: str) -> builtins.list[DynamicEvent]:
         return [e for e in self.list() if e.group == group]
@@ -183,7 +192,7 @@ class Events:
         """Events of ``group`` that probe the same place and fetch the same arguments as one of ``probes``,
         whatever their names: made again, every hit would be recorded (and counted) twice."""
         wanted = {probe_body(probe.definition()) for probe in probes}
-        return [event for event in self.events_in(group) if probe_body(event.definition) in wanted]
+        return [event for event in self.events_in(group) if any(probe_body(line) in wanted for line in event.definitions)]
 
     def match(self, pattern: str) -> builtins.list[DynamicEvent]:
         """Events a ``del`` pattern names: ``GROUP/EVENT`` or ``GROUP:EVENT`` (globs), or ``EVENT`` glob.
@@ -246,7 +255,8 @@ class Events:
                 created.append(probe)
                 if not run_scoped:  # kept after this run: remembered as ours, whatever the group
                     registry.record(probe.group, probe.event, [probe.definition()])
-                if run_scoped:  # registered at once: a signal may end the run before this call returns
+                if run_scoped and f"{probe.group}/{probe.event}" not in self._undo_tokens:
+                    # registered at once: a signal may end the run before this call returns
                     group, event, rel = probe.group, probe.event, probe.control_file
                     self._undo_tokens[f"{group}/{event}"] = lifetime.undo.push(
                         f"probe {group}/{event}", functools.partial(self._remove, group, event, rel)
@@ -254,15 +264,20 @@ class Events:
                 if probe.spec.filter:
                     self.set_filter(probe.group, probe.event, probe.spec.filter)
         except UserError as failure:
-            for probe in reversed(created):
+            for group, event, rel in dict.fromkeys((p.group, p.event, p.control_file) for p in reversed(created)):
                 try:
-                    self._forget_and_remove(probe.group, probe.event, probe.control_file)
+                    self._forget_and_remove(group, event, rel)
                 except UserError as leftover:  # report both: the cause, and what could not be undone
-                    note = f"could not remove {probe.group}/{probe.event}: {leftover.message}"
+                    note = f"could not remove {group}/{event}: {leftover.message}"
                     failure.hint = f"{failure.hint}; {note}" if failure.hint else note
             raise
-        return [DynamicEvent(p.prefix, p.group, p.event, p.definition(), p.spec.is_uprobe, made=not run_scoped)
-                for p in created]
+        made: dict[str, DynamicEvent] = {}  # one per event: a line's addresses are appended to one
+        for p in created:
+            first = made.get(f"{p.group}/{p.event}")
+            made[f"{p.group}/{p.event}"] = DynamicEvent(p.prefix, p.group, p.event, p.definition(), p.spec.is_uprobe,
+                                                        made=not run_scoped) if first is None \
+                else replace(first, extra=(*first.extra, p.definition()))
+        return list(made.values())
 
     def pin(self, event: DynamicEvent, group: str = DEFAULT_PERSISTENT_GROUP) -> DynamicEvent:
         """Keep a run-scoped probe after the run: the same definition in a persistent group, until ``del``.
@@ -273,11 +288,18 @@ class Events:
         if lifetime.is_run_scoped(group):
             raise UserError(f"{group!r} is a run-scoped name", "pin into a persistent group, e.g. kprobe_tui")
         name = unique_name(event.event, {e.event for e in self.events_in(group)}, MAX_EVENT_NAME_LEN)
-        head, rest = event.definition.split(" ", 1)
-        definition = f"{head.split(':', 1)[0]}:{group}/{name} {rest}"
-        self.tracefs.write(event.control_file, definition + "\n")
-        registry.record(group, name, [definition])
-        pinned = DynamicEvent(event.prefix, group, name, definition, event.is_uprobe, made=True)
+        definitions = [f"{head.split(':', 1)[0]}:{group}/{name} {rest}"
+                       for head, rest in (line.split(" ", 1) for line in event.definitions)]
+        pinned = DynamicEvent(event.prefix, group, name, definitions[0], event.is_uprobe, made=True,
+                              extra=tuple(definitions[1:]))
+        try:
+            for definition in definitions:
+                self.tracefs.write(event.control_file, definition + "\n")
+        except UserError:
+            if self.tracefs.exists(f"events/{group}/{name}"):
+                self._remove(group, name, pinned.control_file)
+            raise
+        registry.record(group, name, definitions)
         top_filter = self.tracefs.read(f"events/{event.group}/{event.event}/filter").strip()
         try:
             if top_filter and top_filter != "none":

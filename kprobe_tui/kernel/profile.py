@@ -50,16 +50,19 @@ def parse_uprobe_profile(text: str) -> list[ProbeHits]:
 def attribute(entries: list[ProbeHits], names: list[tuple[str, str]]) -> dict[str, ProbeHits]:
     """``group/event`` -> counts, matching profile lines to ``(group, event)`` in control-file order.
 
-    Same-named events in two groups are told apart by position; a probe added or removed between
-    the two reads is skipped over rather than given another's counts.
+    Same-named events in two groups are told apart by position, and the probes of one event are summed;
+    a probe added or removed between the two reads is skipped over rather than given another's counts.
     """
     counts: dict[str, ProbeHits] = {}
     start = 0
     for entry in entries:
         for index in range(start, len(names)):
             group, event = names[index]
-            if event == entry.event:
-                counts[f"{group}/{event}"] = entry
+            if event == entry.event:  # an event of several probes (a line's addresses): their sum
+                before = counts.get(f"{group}/{event}")
+                counts[f"{group}/{event}"] = entry if before is None else ProbeHits(
+                    event, before.hits + entry.hits, None if entry.misses is None else (before.misses or 0) + entry.misses,
+                    entry.file)
                 start = index + 1
                 break
     return counts

@@ -80,7 +80,7 @@ def ours(events, listed_at: float) -> set[str]:
         return set()
     held: dict[tuple[str, str], set[str]] = {}
     for event in events:
-        held.setdefault((event.group, event.event), set()).add(normal(event.definition))
+        held.setdefault((event.group, event.event), set()).update(normal(line) for line in event.definitions)
     found = set()
     try:
         entries = os.listdir(directory)

@@ -41,7 +41,9 @@ def compile_spec(
 
     ``readme`` is tracefs README: it says whether this kernel takes $argN, BTF argument names, and
     arguments on return probes.
-    A line probe can compile to several probes (inlined copies), named ``ev``, ``ev_1``...
+    A place can compile to several probes (a line's addresses, inlined copies): as perf makes them, they
+    are one event (the kernel appends each to it), shown and counted as the one thing asked for; only
+    copies whose fields differ (the kernel refuses those in one event) get names of their own, ``ev_1``...
     Each is checked to be one valid definition line (``CompiledProbe.check``) before it is returned.
     """
     blocking(f"compiling {spec.place_text()}")

@@ -57,12 +57,18 @@ def compile_dwarf(
     info, points = dwarf_points(spec, vmlinux)
     probes: list[CompiledProbe] = []
     taken = list(taken)
+    shared: dict[int | None, tuple[str, tuple]] = {}  # a pattern's line (None: the spec's place) -> event, fields
     with info.asking():  # the fetch-args read types and members through the points' DIEs
         for point, place, notes in points:
             fetches = _dwarf_fetches(info, spec, point, notes, readme_offers(readme, "return_args"))
             line = int(place.rsplit(":", 1)[1]) if spec.lazy is not None else None  # ;PTN: the line it matched
-            name = event_name(spec, taken, line, point.scope if spec.lazy is not None and point.scope else point.function)
-            taken.append(name)
+            fields = tuple((fetch.name, fetch.type) for fetch in fetches)
+            if line in shared and shared[line][1] == fields:  # another address of the same place: its event
+                name = shared[line][0]
+            else:
+                name = event_name(spec, taken, line, point.scope if spec.lazy is not None and point.scope else point.function)
+                taken.append(name)
+                shared.setdefault(line, (name, fields))
             where = f"{spec.binary}:0x{point.file_offset:x}" if spec.is_uprobe else module_place(spec, f"{point.function}+{point.offset}", info.located.module)
             probes.append(CompiledProbe(spec, group, name, where, fetches, point.function, point.offset, tuple(notes)))
     return probes

@@ -7,18 +7,21 @@ the person editing knows what to give again.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import lifetime
-from kprobe_tui.kernel.events import DynamicEvent, kind_of
+from kprobe_tui.kernel.events import DynamicEvent, kind_of, probe_body
+from kprobe_tui.probes.render import sanitize
 from kprobe_tui.probes.symbols import ElfSymbols
 
 if TYPE_CHECKING:
     from kprobe_tui.probes.form import BuilderKind
 
 EDITABLE_KINDS = "prf"  # what the builder makes: kprobes, uprobes, fprobes (and their return forms)
+_LINE_PROBE_NAME = re.compile(r"(?P<function>\w+)_L(?P<line>\d+)(?:_\d+)?")
 
 
 @dataclass(frozen=True)
@@ -49,17 +52,8 @@ def edit_target(event: DynamicEvent, top_filter: str = "") -> EditTarget:
         return EditTarget(function, None, "fprobe_exit" if place.endswith("%return") else "fprobe", "", args, tuple(lost))
     kind: BuilderKind = "return" if event.prefix == "r" else "entry"
     if event.is_uprobe:
-        binary, _, offset_text = place.rpartition(":")
-        try:
-            offset = int(offset_text.split("(", 1)[0], 16)
-        except ValueError:
-            raise UserError(f"{event.full_name}: cannot read its place {place!r}", "build it again from the function list") from None
-        symbols = ElfSymbols(binary)
-        found = next(((sym.name, offset - sym.file_offset) for same in symbols.functions.values() for sym in same
-                      if sym.file_offset <= offset < sym.file_offset + max(sym.size, 1)), None)
-        if found is None:
-            raise UserError(f"0x{offset:x} is in no function of {binary}", "build a new probe from the function list")
-        function, into = found
+        binary, offset = _uprobe_place(event, place)
+        function, into = _function_at(ElfSymbols(binary), binary, offset)
     else:
         binary = None
         function, _, into_text = place.partition("+")
@@ -67,6 +61,62 @@ def edit_target(event: DynamicEvent, top_filter: str = "") -> EditTarget:
             raise UserError(f"{event.full_name} is placed by address ({function})", "build it again from the function list")
         into = int(into_text or "0", 0)
     if into and kind == "entry":
+        line = source_line(event, function, binary)
+        if line is not None:
+            return EditTarget(function, binary, "line", line, args, tuple(lost))
         lost.append("its source line, if it had one: it comes back as an offset into the function")
         return EditTarget(function, binary, "offset", f"+{into}", args, tuple(lost))
     return EditTarget(function, binary, kind, "", args, tuple(lost))
+
+
+def source_line(event: DynamicEvent, function: str, binary: str | None) -> str | None:
+    """The line (from the function's first) a probe was placed by, when its name says one (``work_L3``,
+    as the builder and perf name line probes) and that line still compiles to exactly its places; else None."""
+    from kprobe_tui.probes.compile import compile_spec, running_kernel_vmlinux
+    from kprobe_tui.probes.spec import parse_spec
+
+    named = _LINE_PROBE_NAME.fullmatch(event.event)
+    if named is None or named["function"] != sanitize(function):
+        return None
+    try:
+        spec = parse_spec([f"{function}:{named['line']}"], binary=binary, group=event.group)
+        probes = compile_spec(spec, event.group, vmlinux=None if binary else running_kernel_vmlinux(spec))
+    except UserError:  # no debug info, or the line is gone: the offsets are what is known
+        return None
+    placed = {probe_body(line)[1] for line in event.definitions}
+    return named["line"] if placed == {probe_body(probe.definition())[1] for probe in probes} else None
+
+
+def _uprobe_place(event: DynamicEvent, place: str) -> tuple[str, int]:
+    """(binary, file offset) of a uprobe's place as the kernel shows it (``/bin/prog:0x000000000000113b``)."""
+    binary, _, offset_text = place.rpartition(":")
+    try:
+        return binary, int(offset_text.split("(", 1)[0], 16)
+    except ValueError:
+        raise UserError(f"{event.full_name}: cannot read its place {place!r}", "build it again from the function list") from None
+
+
+def _function_at(symbols: ElfSymbols, binary: str, offset: int) -> tuple[str, int]:
+    """The function holding a file offset, and how far into it."""
+    found = next(((sym.name, offset - sym.file_offset) for same in symbols.functions.values() for sym in same
+                  if sym.file_offset <= offset < sym.file_offset + max(sym.size, 1)), None)
+    if found is None:
+        raise UserError(f"0x{offset:x} is in no function of {binary}", "build a new probe from the function list")
+    return found
+
+
+def uprobe_places(event: DynamicEvent) -> dict[int, str]:
+    """An event of several uprobes (a line's addresses): each place as ``work+33``, by its offset in its page.
+
+    A hit's address is where the program was mapped plus the file offset, and a mapping starts on a page:
+    the low 12 bits tell which of the event's probes fired. Empty for one probe, kprobes (their hits name
+    the symbol) and places 4096 bytes apart (they would look the same)."""
+    if not event.is_uprobe or not event.extra:
+        return {}
+    places = [_uprobe_place(event, line.split()[1]) for line in event.definitions]
+    symbols = ElfSymbols(places[0][0])
+    labels: dict[int, str] = {}
+    for binary, offset in places:
+        function, into = _function_at(symbols, binary, offset)
+        labels[offset & 0xFFF] = f"{function}+{into}"
+    return labels if len(labels) == len(places) else {}

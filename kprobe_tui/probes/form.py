@@ -23,7 +23,7 @@ from kprobe_tui.kernel.tracefs import KernelRefused
 from kprobe_tui.probes import pipeline
 from kprobe_tui.probes.capture import VariableNode, btf_variables, dwarf_variables, next_type, retval_node
 from kprobe_tui.probes.guard import GuardAdvice
-from kprobe_tui.probes.render import admin_handoff, command_rows
+from kprobe_tui.probes.render import admin_handoff, by_event, command_rows
 from kprobe_tui.probes.spec import CompiledProbe, ProbeSpec, check_text, parse_spec
 from kprobe_tui.stream import filterexpr
 
@@ -121,9 +121,11 @@ class Preview:
             rows += [("at", self.mark.text)] if self.mark is not None else []
             return rows + ([("hint", self.error.hint)] if self.error.hint else [])
         assert self.spec is not None  # a preview without an error has its spec
-        for probe in self.probes:
-            rows += command_rows(self.spec, probe, self.tracefs_root)
-            rows += [("note", note) for note in probe.notes]
+        # first: at 80x24 the box shows its first lines, and this is what to know before Create
+        rows += [("note", note) for note in shared_event_notes(self.spec, self.probes)]
+        for same in by_event(self.probes):
+            rows += command_rows(self.spec, same, self.tracefs_root)
+            rows += [("note", note) for note in dict.fromkeys(note for probe in same for note in probe.notes)]
         for warning in self.advice.warnings if self.advice else ():
             rows.append(("warning", warning))
         rows += [("admin", line) for line in self.admin]
@@ -137,6 +139,20 @@ class Preview:
             if current == what:
                 taken.append(text)
         return "\n".join(taken)
+
+
+def shared_event_notes(spec: ProbeSpec, probes: list[CompiledProbe]) -> list[str]:
+    """Say, before Create, where one place is several addresses, why, and that it stays one probe."""
+    notes = []
+    for same in by_event(probes):
+        if len(same) < 2:
+            continue
+        first, event = same[0], same[0].event
+        offsets = ", ".join([f"{first.function}+{first.function_offset}", *(f"+{p.function_offset}" for p in same[1:])])
+        notes.append(f"{spec.place_text()} is {len(same)} addresses ({offsets}): the compiler split it (a loop's "
+                     f"start, test and step; inlined or moved code). One event, {event}, fires at each: its rows "
+                     "and its count are the line's, the address is in each event's detail")
+    return notes
 
 
 def build_preview(request: BuildRequest, target: pipeline.ProbeTarget) -> Preview:

@@ -246,7 +246,9 @@ def check_kernel_function(name: str, catalog: Catalog, module: str | None = None
             raise UserError(f"{name!r} is not in module {module} (it is in {where})", "check -m MODULE (lsmod lists them)")
         if status is Status.AMBIGUOUS:
             return
-    if status in (Status.BLACKLISTED, Status.AMBIGUOUS, Status.FREED):
+    if status is Status.NO_KPROBES:
+        raise UserError(f"{name!r}: {reason}", "see what this kernel allows: kprobe-tui doctor (D in the TUI)")
+    if status.refused:
         raise UserError(f"{name!r}: {reason}", "pick another function (kprobe-tui funcs lists probeable ones)")
 
 

@@ -193,8 +193,10 @@ def _bpftrace_probe(spec: ProbeSpec, probe: CompiledProbe | None) -> str:
     return f"{kind}:{where}" + (f"+{offset}" if offset and not spec.is_return else "")
 
 
-def bpftrace_oneliner(spec: ProbeSpec, probe: CompiledProbe | None = None, exclude_pid: int | None = None) -> str:
-    """The bpftrace one-liner printing the same fields; what bpftrace cannot read is named in a comment."""
+def bpftrace_oneliner(spec: ProbeSpec, probes: list[CompiledProbe] | None = None, exclude_pid: int | None = None) -> str:
+    """The bpftrace one-liner printing the same fields, attached at each of ``probes``' places; what bpftrace
+    cannot read is named in a comment."""
+    probe = probes[0] if probes else None
     compiled = {a.source: a for a in probe.args} if probe else {}
     fields, values, missing = [], [], []
     for arg in spec.args:
@@ -218,7 +220,8 @@ def bpftrace_oneliner(spec: ProbeSpec, probe: CompiledProbe | None = None, exclu
     fmt = " ".join([name, *fields])
     call = ", ".join([f'"{fmt}\\n"', *values])
     predicate = _bpftrace_predicate(spec, probe, exclude_pid)
-    program = f"{_bpftrace_probe(spec, probe)}{predicate} {{ printf({call}); }}"
+    places = ",".join(dict.fromkeys(_bpftrace_probe(spec, one) for one in probes)) if probes else _bpftrace_probe(spec, None)
+    program = f"{places}{predicate} {{ printf({call}); }}"
     line = f"bpftrace -e {shlex.quote(program)}"
     if missing:
         line += f"  # bpftrace cannot read: {', '.join(missing)}"
@@ -273,12 +276,24 @@ def tracefs_commands(probe: CompiledProbe, filter: str | None, tracefs_root: str
     return lines
 
 
-def command_rows(spec: ProbeSpec, probe: CompiledProbe, tracefs_root: str = "/sys/kernel/tracing") -> list[tuple[str, str]]:
-    """(label, command) for one probe, as each tool makes it: the tracefs write (its filter on a row
-    labelled ""), ``perf probe`` and ``bpftrace``; the CLI prints these rows and the builder shows them."""
-    rows = list(zip(("tracefs", ""), tracefs_commands(probe, spec.filter, tracefs_root)))
-    rows.append(("perf", perf_command(spec, probe.group, probe.event)))
-    rows.append(("bpftrace", bpftrace_oneliner(spec, probe)))
+def by_event(probes: Iterable[CompiledProbe]) -> list[list[CompiledProbe]]:
+    """Probes grouped by the event they make, in order: a line's several addresses are one event."""
+    events: dict[tuple[str, str], list[CompiledProbe]] = {}
+    for probe in probes:
+        events.setdefault((probe.group, probe.event), []).append(probe)
+    return list(events.values())
+
+
+def command_rows(spec: ProbeSpec, probes: list[CompiledProbe],
+                 tracefs_root: str = "/sys/kernel/tracing") -> list[tuple[str, str]]:
+    """(label, command) for one event's probes, as each tool makes them: the tracefs writes (the filter on a
+    row labelled ""), ``perf probe`` (one command makes them all) and ``bpftrace`` (one program, every place);
+    the CLI prints these rows and the builder shows them."""
+    first = probes[0]
+    rows = [("tracefs" if n == 0 else "", tracefs_commands(probe, None, tracefs_root)[0]) for n, probe in enumerate(probes)]
+    rows += [("", line) for line in tracefs_commands(first, spec.filter, tracefs_root)[1:]]
+    rows.append(("perf", perf_command(spec, first.group, first.event)))
+    rows.append(("bpftrace", bpftrace_oneliner(spec, probes)))
     return rows
 
 
@@ -290,10 +305,11 @@ def admin_handoff(spec: ProbeSpec, probes: list[CompiledProbe], user: str,
     if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\$?", user):  # it goes into a comment line as well
         raise UserError(f"{user!r}: not a user name an administrator can add to a group", "")
     lines = ["# the probe, with perf:"]
-    lines += [f"sudo {perf_command(spec, probe.group, probe.event)}" for probe in probes]
+    lines += [f"sudo {perf_command(spec, same[0].group, same[0].event)}" for same in by_event(probes)]
     lines.append("# or by hand, without perf:")
-    for probe in probes:
-        lines += tracefs_commands(probe, spec.filter, tracefs_root, sudo=True)
+    for same in by_event(probes):
+        lines += [tracefs_commands(probe, None, tracefs_root, sudo=True)[0] for probe in same]
+        lines += tracefs_commands(same[0], spec.filter, tracefs_root, sudo=True)[1:]
     root = shlex.quote(tracefs_root)
     lines += [
         f"# once, so that {user} can enable and read probes without sudo (the perf group):",

@@ -29,6 +29,7 @@ from kprobe_tui.tui.screens.builder import EditBuilder, ProbeBuilderScreen
 from kprobe_tui.tui.screens.events import EventsScreen
 from kprobe_tui.tui.screens.functions import FunctionsScreen
 from kprobe_tui.tui.screens.stats import StatsScreen, handoff
+from kprobe_tui.tui.screens.doctor import DoctorScreen
 from kprobe_tui.tui.screens.help import HelpScreen
 from kprobe_tui.tui.screens.probes import ProbesScreen
 from kprobe_tui.tui.screens.source import DebugTarget, SourceScreen
@@ -46,6 +47,7 @@ class KprobeTui(App):
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
         Binding("e", "tail_all", "Events"),
         Binding("l", "list_probes", "Probes"),
+        Binding("D", "doctor", "Doctor", show=False),  # listed by help and the palette
         Binding("question_mark", "help", "Help", show=False),  # every footer shows it docked (KeyFooter)
         Binding("f1", "help", "Help", show=False, priority=True),  # also while typing in a box
     ]
@@ -216,6 +218,11 @@ class KprobeTui(App):
             self.notify(str(exc), title="Cannot list probes", severity="error")
             return
         self.push_screen(ProbesScreen(tracefs, self.access))
+
+    def action_doctor(self) -> None:
+        """What this kernel and this user allow (``kprobe-tui doctor``), as a screen."""
+        if not isinstance(self.screen, DoctorScreen):
+            self.push_screen(DoctorScreen(self.sources, str(self.binary.path) if self.binary else None))
 
     def action_tail_all(self) -> None:
         if not isinstance(self.screen, EventsScreen):

@@ -359,7 +359,7 @@ def test_the_builders_perf_line_runs_verbatim_in_perf_and_in_the_dropin(tracefs_
     request = pipeline.ProbeRequest(("lab_recv:4", "len"), binary=str(prog), run_group=run_group)
     plan = pipeline.plan(request, pipeline.ProbeTarget())
     assert plan.group == run_group
-    [perf_line] = [command for label, command in command_rows(plan.spec, plan.probes[0]) if label == "perf"]
+    [perf_line] = [command for label, command in command_rows(plan.spec, plan.probes[:1]) if label == "perf"]
     words = shlex.split(perf_line)
     assert words[:2] == ["perf", "probe"] and run_group not in perf_line
     theirs, their_lines = added(tracefs_root, perf, words[2:])

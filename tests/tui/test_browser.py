@@ -140,7 +140,7 @@ async def test_enter_opens_the_source_of_a_user_function(tmp_path, monkeypatch):
         assert isinstance(builder, ProbeBuilderScreen) and builder.function == "count_ready"
         assert builder.query_one("#kind").value == "line"
         assert builder.query_one("#number").value == str(line - expected.offset)
-        await pilot.press("escape", "escape")
+        await pilot.press("escape", "escape", "escape")  # out of Args, back from the builder, from the source
         assert app.screen.query_one(FunctionList) is functions
 
 

@@ -217,18 +217,33 @@ async def test_latency_from_the_function_browser_lands_in_its_log2_bucket(progra
 
 
 async def test_count_calls_of_the_filter_glob_per_function(program, clean):
-    """``c`` with the filter ``work``: calls of every match counted by uprobe_profile (no events)."""
+    """``c`` with the filter ``[nw]*``: calls of every match counted by uprobe_profile (no events)."""
+    app = KprobeTui(locate(), BinaryCatalog(str(program)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        functions = app.screen.query_one(FunctionList)
+        await until(pilot, lambda: functions.rows, "the function list loads")
+        await pilot.press("slash", *"[nw]*", "escape", "c")
+        screen = await running(pilot)
+        assert screen.request.spec == ("[nw]*",) and screen.request.key == "probe"
+        assert screen.choice.engine == "kernel" and screen.choice.method == "profile"
+        run_workload(program, "values", "100")
+        await answered(pilot, screen, 100)
+        assert counts(screen) == {"work": 100}
+        await closed(pilot, screen)
+
+
+async def test_count_calls_of_the_one_function_the_filter_matches_per_process(program, clean):
+    """``c`` when the filter leaves one function: its calls per process, the lab's question, from the start."""
     app = KprobeTui(locate(), BinaryCatalog(str(program)))
     async with app.run_test(size=(80, 24)) as pilot:
         functions = app.screen.query_one(FunctionList)
         await until(pilot, lambda: functions.rows, "the function list loads")
         await pilot.press("slash", *"wor", "escape", "c")
         screen = await running(pilot)
-        assert screen.request.spec == ("*wor*",) and screen.request.key == "probe"
-        assert screen.choice.engine == "kernel" and screen.choice.method == "profile"
+        assert screen.request.spec == ("work",) and screen.request.key == "comm"
         run_workload(program, "values", "100")
         await answered(pilot, screen, 100)
-        assert counts(screen) == {"work": 100}
+        assert counts(screen) == {"kpt-alpha": 50, "kpt beta-2": 50}  # the workload's threads
         await closed(pilot, screen)
 
 
@@ -244,7 +259,7 @@ async def test_lab_mode_offers_the_command_for_an_administrator(program, clean):
         assert not isinstance(app.screen, StatsScreen)
         assert shlex.split(app.clipboard) == ["sudo", "kprobe-tui", "latency", "-x", str(program), "nap"]
         await pilot.press("c")
-        assert shlex.split(app.clipboard) == ["sudo", "kprobe-tui", "count", "-x", str(program), "*nap*", "--by", "probe"]
+        assert shlex.split(app.clipboard) == ["sudo", "kprobe-tui", "count", "-x", str(program), "nap", "--by", "comm"]
     assert not [line for line in (Path(locate().tracefs) / "uprobe_events").read_text().splitlines()
                 if str(program) in line]
 
@@ -257,7 +272,8 @@ async def test_a_flood_leaves_the_view_responsive(program, clean):
         await until(pilot, lambda: functions.rows, "the function list loads")
         app.push_screen(StatsScreen(StatsRequest(("work",), str(program), key="comm"), app.sources))
         screen = await running(pilot)
-        flood = subprocess.Popen([str(program), "flood", "100000000"], stdout=subprocess.DEVNULL)
+        # calls enough for minutes: between two runs, with no probe on it, it makes ~300M calls a second
+        flood = subprocess.Popen([str(program), "flood", "1000000000000"], stdout=subprocess.DEVNULL)
         try:
             await until(pilot, lambda: screen.sample is not None and screen.sample.rate > 10_000,
                         "a flood of more than 10k hits/s")

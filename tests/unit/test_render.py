@@ -16,7 +16,7 @@ def test_kernel_entry_probe_in_all_three_forms():
     assert perf_command(spec, probe.group, probe.event) == (
         "perf probe -a 'kprobe_tui:tcp_sendmsg=tcp_sendmsg size=%dx:u64 $comm'"
     )
-    assert bpftrace_oneliner(spec, probe, exclude_pid=77) == (
+    assert bpftrace_oneliner(spec, [probe], exclude_pid=77) == (
         "bpftrace -e 'kprobe:tcp_sendmsg /(reg(\"dx\") > 100) && pid != 77/ "
         "{ printf(\"tcp_sendmsg size=%u comm=%s\\n\", reg(\"dx\"), comm); }'"
     )
@@ -26,7 +26,7 @@ def test_return_probe_and_argn_without_readme_support():
     spec = parse_spec(["vfs_read%return", "$retval:s64"])
     probe = compile_raw(spec, "g")
     assert probe.definition() == "r:g/vfs_read__return vfs_read+0 retval=$retval:s64"
-    assert "kretprobe:vfs_read" in bpftrace_oneliner(spec, probe)
+    assert "kretprobe:vfs_read" in bpftrace_oneliner(spec, [probe])
     entry = compile_raw(parse_spec(["vfs_read", "$arg3"]), "g", arg_n_supported=False)
     assert entry.definition() == "p:g/vfs_read vfs_read+0 arg3=%dx"
     assert compile_raw(parse_spec(["vfs_read", "$arg3"]), "g", arg_n_supported=True).args[0].fetch == "$arg3"

@@ -175,15 +175,15 @@ class ProbeBuilderScreen(Screen):
             yield Static("Args", classes="label")
             yield Input(self.initial_args, placeholder="tick below, or type: var ptr->member name:string $retval %di",
                         compact=True, id="args")
+        with Horizontal(classes="row"):  # after Args: Tab goes from what is captured to what is kept
+            yield Static("Filter", classes="label")
+            yield Input(placeholder="e.g. n > 1 (tab completes fields; our own PID is always left out)",
+                        suggester=self.suggester, compact=True, id="filter")
         with Horizontal(classes="row"):
             yield Static("Event", classes="label")
             yield Input(placeholder="generated", compact=True, id="event")
             yield Static("Group", classes="label inner")
             yield Input(self.initial_group, placeholder=self.initial_group, compact=True, id="group")
-        with Horizontal(classes="row"):
-            yield Static("Filter", classes="label")
-            yield Input(placeholder="e.g. n > 1 (tab completes fields; our own PID is always left out)",
-                        suggester=self.suggester, compact=True, id="filter")
         with Vertical(id="work"):
             with Vertical(id="tree-pane"):
                 yield VariableTree(id="variables")
@@ -204,10 +204,6 @@ class ProbeBuilderScreen(Screen):
     def on_mount(self) -> None:
         self._update_number_box()
         self._recompile()
-
-    def on_resize(self) -> None:
-        """Side by side from 120 columns (HORIZONTAL_BREAKPOINTS); narrower, one line per command."""
-        self.query_one(ProbePreview).set_compact(self.size.width < WIDE_COLUMNS)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in ("create", "pin"):
@@ -235,7 +231,9 @@ class ProbeBuilderScreen(Screen):
 
     def _update_number_box(self) -> None:
         takes = KINDS[str(self.query_one("#kind", Select).value)][1]
-        self.query_one("#number", Input).disabled = takes is None
+        number = self.query_one("#number", Input)
+        number.disabled = takes is None
+        number.display = takes is not None  # an entry has no number: no lone box beside its kind
         self.query_one("#number-help", Static).update(takes or "")
 
     @on(Select.Changed, "#kind")
@@ -360,8 +358,15 @@ class ProbeBuilderScreen(Screen):
     def action_pin(self) -> None:
         self._make(pin=True)
 
-    @on(Button.Pressed, "#cancel")
     def action_cancel(self) -> None:
+        """Escape: out of a text field first (to the first button, where letters are keys again), then back."""
+        if isinstance(self.focused, Input):
+            self.set_focus(self.query_one("#buttons Button", Button))
+        else:
+            self.post_message(Back())
+
+    @on(Button.Pressed, "#cancel")
+    def _cancel_pressed(self) -> None:
         self.post_message(Back())
 
     def _make(self, pin: bool) -> None:

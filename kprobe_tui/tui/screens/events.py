@@ -27,6 +27,7 @@ from textual.widgets import Input, Sparkline, Static
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.access import tail_denied
 from kprobe_tui.kernel.events import Events
+from kprobe_tui.probes.edit import uprobe_places
 from kprobe_tui.stream.export import export
 from kprobe_tui.stream.filterexpr import FilterError, compile_filter, parse
 from kprobe_tui.stream.parser import Event
@@ -48,6 +49,13 @@ if TYPE_CHECKING:
 
 RATE_SECONDS = 60  # sparkline history
 MAX_RATE_ROWS = 3  # at 80x24 the table keeps the room
+
+
+def uprobe_places_of(events: Events, targets: list[tuple[str, str]]) -> dict[str, dict[int, str]]:
+    """The tailed events made of several uprobes (a line's addresses), each one's places (``uprobe_places``)."""
+    wanted = {f"{group}/{event}" for group, event in targets}
+    return {event.event: places for event in events.list() if event.full_name in wanted
+            if (places := uprobe_places(event))}
 
 
 class Ingested(Message):
@@ -92,6 +100,7 @@ class EventsScreen(Screen):
         self.finished = False
         self.stopped_because = ""
         self.rates: dict[str, deque[float]] = {}
+        self.places: dict[str, dict[int, str]] = {}  # event -> its probes' places, by offset in a page
         self._second_counts: dict[str, int] = {}
         self._second_start = time.monotonic()
 
@@ -104,7 +113,7 @@ class EventsScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Static("", id="status")
-        yield FilterBar('filter: comm == "sshd" && len > 100 || event ~ "tcp_*"', "no filter", note_id="filter-side")
+        yield FilterBar('type a filter, e.g. comm == "sshd" && len > 100', "no filter", note_id="filter-side")
         yield Static("", id="filter-error")
         yield EventTable(self.store, id="events")
         yield Vertical(id="rates")
@@ -123,10 +132,16 @@ class EventsScreen(Screen):
     def _recording(self, session: TailSession) -> None:
         self.starting = False
         self.session = session
+        if self.tracefs is not None:  # which address of a line's several fired: the detail says
+            self.work.run("places", uprobe_places_of, Events(self.tracefs), session.targets,
+                          then=self._places_known, failed=lambda _exc: None)
         self._show_status()
         if self.stats_asked:
             self.stats_asked = False
             self.action_stats()
+
+    def _places_known(self, places: dict[str, dict[int, str]]) -> None:
+        self.places = places
 
     def _cannot_record(self, exc: UserError) -> None:
         self.starting = False
@@ -240,7 +255,7 @@ class EventsScreen(Screen):
             text.update(plain(f"unparsed line:\n{printable(event.body)}"))
             return
         # all of it the kernel's text and the traced program's memory: one escaped line per field
-        lines = [printable(f"{event.event}  at {event.site}"),
+        lines = [printable(f"{event.event}  at {self._place_of(event)}"),
                  f"time {event.ts:.6f}  cpu {event.cpu}  comm {printable(event.comm)!r}  pid {event.pid}"
                  f"  tgid {event.tgid if event.tgid is not None else '?'}  flags {event.flags or '-'}"]
         lines += [f"  {printable(name)} = {show_value(value)}" for name, value in event.args.items()]
@@ -250,6 +265,17 @@ class EventsScreen(Screen):
         elif self.session is not None and not self.session.stacktrace:
             lines.append("(s: record kernel stacks)")
         text.update(plain("\n".join(lines)))
+
+    def _place_of(self, event: Event) -> str:
+        """Where it fired; for a probe of several addresses (a source line), which one and the others."""
+        labels = self.places.get(event.event)
+        try:
+            fired = labels.get(int(event.site, 16) & 0xFFF) if labels else None
+        except ValueError:
+            fired = None
+        if fired is None:
+            return event.site
+        return f"{fired} ({event.site}), one of its {len(labels)} addresses: {', '.join(labels.values())}"
 
     def action_toggle_detail(self) -> None:
         detail = self.query_one("#detail")

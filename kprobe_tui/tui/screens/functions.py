@@ -59,7 +59,7 @@ class FunctionsScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield FilterBar("filter: substring, glob (tcp_*), fuzzy  (ctrl+t: mode)", "loading…", note_id="filter-info",
+        yield FilterBar("substring, glob (tcp_*), fuzzy: ctrl+t", "loading…", note_id="filter-info",
                         fixed_note=True)
         yield Static("", id="notes")
         yield FunctionList(self._status_of, self._module_of, id="functions")
@@ -123,17 +123,28 @@ class FunctionsScreen(Screen):
 
     def action_build_probe(self) -> None:
         name = self.query_one(FunctionList).current
-        if name is not None:
-            self.post_message(OpenBuilder(name))
+        if name is None:
+            return
+        status, reason = self.catalog.classify(name) if self.catalog is not None else (None, "")
+        if status is Status.NO_KPROBES:  # no builder for what no probe can be made of
+            self.notify(f"{reason}. D: the doctor's findings", title=f"{name}: cannot be probed", severity="error",
+                        timeout=10)
+            return
+        self.post_message(OpenBuilder(name))
 
     def action_count_calls(self) -> None:
-        """The statistics view counting calls of every function the filter matches (a glob)."""
+        """The statistics view counting calls of every function the filter matches (a glob, by function), or
+        of the one function it matches (by process, as a lab's "which process calls it" asks)."""
         from kprobe_tui.tui.screens.stats import StatsRequest
 
         query = self.query_one("#filter", Input).value.strip()
         if not query or self.mode == "fuzzy":
             self.notify("count calls takes the filter as a glob: type one (tcp_*), in substring or glob mode",
                         severity="warning")
+            return
+        functions = self.query_one(FunctionList)
+        if len(functions.rows) == 1:  # the filter found one function: count its calls per process
+            self.post_message(OpenStats(StatsRequest((functions.rows[0],), self._binary(), key="comm")))
             return
         pattern = query if self.mode == "glob" or any(c in query for c in "*?[") else f"*{query}*"
         glob = any(c in pattern for c in "*?[")

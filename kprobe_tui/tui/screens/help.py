@@ -42,7 +42,8 @@ HELP: dict[str, tuple[str, str]] = {  # screen class -> (title, what it is for)
         ("Choose the kind (entry, return, a line, an offset, fprobe), the arguments in perf syntax "
          "(var, ptr->member, name:string, $retval) and a filter. The tracefs definition and the equivalent "
          "perf probe and bpftrace commands update as you type, errors point at the offending token. Create "
-         "makes the probe for this run (removed on exit) and opens its events; Pin keeps it after exit."),
+         "makes the probe for this run (removed on exit) and opens its events; Pin keeps it after exit. "
+         "In a field letters are text: escape leaves it for the buttons, escape again goes back."),
     ),
     "EventsScreen": (
         "Events",
@@ -54,6 +55,12 @@ HELP: dict[str, tuple[str, str]] = {  # screen class -> (title, what it is for)
         "Probes",
         ("Every dynamic event on the system, kprobe-tui's marked, with hit and miss counts updating live. "
          "Enable, disable, edit and delete ours; others' probes are read-only unless you insist."),
+    ),
+    "DoctorScreen": (
+        "Doctor",
+        ("What this kernel and this user allow, as kprobe-tui doctor reports it: the probe kinds, what arguments "
+         "can be read, where the function list's facts come from and where debug info is found. A line marked "
+         "-- says what is missing and what to do about it."),
     ),
     "StatsScreen": (
         "Statistics",
@@ -133,7 +140,7 @@ class HelpScreen(ModalScreen):
             yield Static(_keys_table(self.app, self._screen_bindings()), classes="help-body")
             yield Static("Keys everywhere", classes="help-heading")
             yield Static("In a text field (a filter, the builder's form) a letter or ? is text: F1, ctrl+c and "
-                         "ctrl+p work there too; Escape leaves a filter, and goes back from the builder.",
+                         "ctrl+p work there too; Escape leaves the field, and a second Escape goes back.",
                          classes="help-body", markup=False)
             app_bindings = own_bindings(self.app) + [Binding("ctrl+p", "command_palette", "Every action, themes")]
             yield Static(_keys_table(self.app, app_bindings), classes="help-body")

@@ -101,7 +101,7 @@ class ProbesScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Static("reading dynamic events…", id="status")
-        yield FilterBar("filter: part of group/event, kind or binary")
+        yield FilterBar("type a part of group/event, kind or binary")
         yield DataTable(cursor_type="row", zebra_stripes=True)
         yield Static("", id="detail")
         yield Static("", id="message")

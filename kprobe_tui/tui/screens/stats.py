@@ -137,10 +137,10 @@ def probe_request(event: DynamicEvent) -> StatsRequest:
     """A request at the place of an existing probe, capturing what it captures (the view makes its own
     probe there, in this run's group, and leaves the original alone)."""
     target = edit_target(event)  # a UserError for kinds the probe compiler does not make
-    if target.kind not in ("entry", "return", "offset"):
+    if target.kind not in ("entry", "return", "offset", "line"):
         raise UserError(f"{event.full_name} is a {target.kind}: the statistics view takes kprobes and uprobes")
-    place = {"entry": target.function, "return": f"{target.function}%return",
-             "offset": f"{target.function}{target.number}"}[target.kind]
+    place = {"entry": target.function, "return": f"{target.function}%return", "offset": f"{target.function}{target.number}",
+             "line": f"{target.function}:{target.number}"}[target.kind]  # a line: every address of it
     args = tuple(target.args.split())
     fields = tuple(dict.fromkeys(word.split("=", 1)[0] for word in args if "=" in word))
     return StatsRequest((place, *args), target.binary, fields, target.function)
@@ -396,7 +396,13 @@ class StatsScreen(Screen):
         self._show()
 
     def action_cycle(self, what: str) -> None:
-        self._ask(self.request.cycled(what))
+        """Another key or value: the kernel counts by what it was asked, so this is a new count, said so."""
+        request = self.request.cycled(what)
+        if request != self.request and self.runner is not None:
+            shown = request.key if what == "key" else request.value
+            self.notify(f"a new count {'by' if what == 'key' else 'of'} {shown or 'nothing (one total)'}: "
+                        "the kernel counted by the old one", title="Counting again", timeout=4)
+        self._ask(request)
 
     def _buckets_apply(self) -> bool:
         """Whether bucket choices apply (a histogram of a value); if not, says so."""

@@ -25,6 +25,7 @@ STATUS_GLYPH = {
     Status.BLACKLISTED: "✕",
     Status.HIDDEN: "?",
     Status.FREED: "⊘",
+    Status.NO_KPROBES: "–",
 }
 
 

@@ -1,9 +1,9 @@
 """What the probe builder would write, shown as the tools would write it: tracefs, perf, bpftrace.
 
 The preview is data (``probes.form.Preview``) made off the UI thread by the pipeline; this widget
-only renders it, each line labelled for a learner. ``compact`` (80 columns) keeps each command to one line,
-cut with an ellipsis: the copy keys copy it whole. An error shows the text it came from with the
-offending token in reverse video.
+only renders it, each line labelled for a learner. A command longer than the width wraps, never cut (the
+box scrolls): at 80 columns a learner reads the whole tracefs line, and the copy keys copy it as shown.
+An error shows the text it came from with the offending token in reverse video.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from kprobe_tui.probes.form import Preview
 from kprobe_tui.textsafe import printable
 
 LABEL_WIDTH = 9
-COPYABLE = ("tracefs", "perf", "bpftrace")  # row labels whose text the copy keys take
 STYLED = ("error", "hint", "warning", "note", "admin")  # row labels with a colour of their own
 
 
@@ -32,13 +31,6 @@ class ProbePreview(Static):
     def __init__(self, **kwargs) -> None:
         super().__init__("compiling…", **kwargs)
         self.preview: Preview | None = None
-        self.compact = False
-
-    def set_compact(self, compact: bool) -> None:
-        """One line per command (cut to the width, so re-cut on every resize) or wrapped whole."""
-        self.compact = compact
-        if self.preview is not None:
-            self.show(self.preview)
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
@@ -63,7 +55,5 @@ class ProbePreview(Static):
                 text.append(printable(line[end:]))
             else:  # paths, symbol names, typed text and kernel messages: data, escaped
                 text.append(printable(line))
-            if self.compact and label in (*COPYABLE, ""):
-                text.truncate(max(self.content_size.width - LABEL_WIDTH, 20), overflow="ellipsis")
             table.add_row(Text(label, style=Style(bold=True) + style), text)
         self.update(table)
