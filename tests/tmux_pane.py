@@ -6,8 +6,11 @@ Each pane has its own tmux server (a socket in a test's directory), so nothing e
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 from pathlib import Path
+
+PROJECT = Path(__file__).parents[1]
 
 FLAGS = "#{alternate_on} #{cursor_flag} #{mouse_any_flag} #{mouse_button_flag} #{mouse_standard_flag} #{mouse_sgr_flag}"
 
@@ -58,3 +61,12 @@ class Terminal:
 
     def close(self) -> None:
         subprocess.run(["tmux", "-S", str(self.socket), "kill-server"], capture_output=True)
+
+
+def start_kprobe_tui(terminal: Terminal, tmp_path: Path, *args: str, env: str = "") -> int:
+    """kprobe-tui in the pane, from the checkout (its exit status printed after it); its PID once it draws."""
+    pid_file = tmp_path / "pid"
+    terminal.type(f"cd {PROJECT} && {env} TMPDIR={tmp_path} sh -c 'echo $$ > {pid_file}; "
+                  f"exec {sys.executable} -m kprobe_tui {' '.join(args)}'; echo EXIT=$?")
+    terminal.wait(lambda: "kprobe-tui" in terminal.screen() and terminal.flags().startswith("1 "), "the TUI is up")
+    return int(pid_file.read_text())

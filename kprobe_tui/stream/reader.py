@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kprobe_tui.kernel.instance import Instance
+from kprobe_tui.stream.comms import CommNames
 from kprobe_tui.stream.parser import Event, LineParser
 from kprobe_tui.stream.store import EventStore
 
@@ -60,6 +61,7 @@ class StreamReader(threading.Thread):
         self.on_data = on_data
         self.interval = interval
         self.parser = LineParser()
+        self.comms = CommNames(instance.top.path("saved_cmdlines").read_text)
         self._stopping = threading.Event()
         self._stats_seen: dict[int, int] = {}  # per CPU: the stats count read last time
         self.lost = 0
@@ -126,6 +128,7 @@ class StreamReader(threading.Thread):
                 if drained and self.on_data is None:
                     events += self.parser.flush_if_quiet()
                 if events:
+                    events = self.comms.name(events)
                     if self.store is not None:
                         self.store.extend(events)
                     per_event.update(ev.event for ev in events)
@@ -146,6 +149,7 @@ class StreamReader(threading.Thread):
                         per_event, new, last_update = Counter(), 0, now
             last = self.parser.flush()  # stopping: the held-back event is as complete as it gets
             if last:
+                last = self.comms.name(last)
                 if self.store is not None:
                     self.store.extend(last)
                 if self.on_events:

@@ -10,15 +10,13 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.tmux_pane import Terminal
+from tests.tmux_pane import Terminal, start_kprobe_tui
 
 SNAPSHOT_61 = Path(__file__).parents[1] / "fixtures" / "snapshots" / "debian-6.1.tar.gz"
-PROJECT = Path(__file__).parents[2]
 RESTORED = "0 1 0 0 0 0"  # main screen, cursor shown, no mouse reporting of any kind
 
 
@@ -31,22 +29,13 @@ def terminal(tmp_path):
     pane.close()
 
 
-def start(terminal: Terminal, tmp_path: Path, *args: str, env: str = "") -> int:
-    """kprobe-tui in the pane (its exit status printed after it); returns its PID once it draws."""
-    pid_file = tmp_path / "pid"
-    terminal.type(f"cd {PROJECT} && {env} TMPDIR={tmp_path} sh -c 'echo $$ > {pid_file}; "
-                  f"exec {sys.executable} -m kprobe_tui {' '.join(args)}'; echo EXIT=$?")
-    terminal.wait(lambda: "kprobe-tui" in terminal.screen() and terminal.flags().startswith("1 "), "the TUI is up")
-    return int(pid_file.read_text())
-
-
 def snapshot_copies(tmp_path: Path) -> list[str]:
     return [p.name for p in tmp_path.iterdir() if p.name.startswith("kprobe-tui-snapshot-")]
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_restores_the_terminal_and_removes_the_snapshot_copy(terminal, tmp_path, signum):
-    pid = start(terminal, tmp_path, "--snapshot", str(SNAPSHOT_61))
+    pid = start_kprobe_tui(terminal, tmp_path, "--snapshot", str(SNAPSHOT_61))
     assert terminal.flags() != RESTORED  # the TUI's modes are on: alternate screen, mouse reporting
     assert len(snapshot_copies(tmp_path)) == 1
     subprocess.run(["kill", f"-{signum.name.removeprefix('SIG')}", str(pid)], check=True)
@@ -66,6 +55,6 @@ def test_a_crash_is_never_exit_status_zero(terminal, tmp_path):
         "from kprobe_tui.tui.screens import functions\n"
         "def crash(self):\n    raise RuntimeError('injected by the test')\n"
         "functions.FunctionsScreen.show_catalog = crash\n")
-    start(terminal, tmp_path, "-x", "/usr/bin/true", env=f"PYTHONPATH={hook}")
+    start_kprobe_tui(terminal, tmp_path, "-x", "/usr/bin/true", env=f"PYTHONPATH={hook}")
     terminal.wait(lambda: re.search(r"^EXIT=\d+", terminal.screen(), re.M), "it ends")
     assert re.search(r"^EXIT=70$", terminal.screen(), re.M) and terminal.flags() == RESTORED
