@@ -161,7 +161,7 @@ def detect(sources: KernelSources) -> Capabilities:
         missing = (f"tracefs at {tracefs} is not accessible to this user ({who_am_i}): run as root, or have an admin "
                    "grant a group (mount -o remount,gid=<group> the tracefs)")
     caps.add("tracefs", "tracefs", tracefs is not None and may(tracefs, os.R_OK | os.X_OK),
-             f"at {tracefs}", missing)
+             f"at {tracefs}" if sources.live else "captured in the snapshot", missing)
 
     def exists(name: str) -> bool:
         # os.path.exists answers False (not PermissionError) where this user may not look.
@@ -207,21 +207,21 @@ def detect(sources: KernelSources) -> Capabilities:
              "/proc/kallsyms and cannot tell ftrace-able functions from breakpoint-only ones")
     blacklist_ok, blacklist_why = _readable(sources.blacklist)
     add("blacklist", "kprobe blacklist", blacklist_ok,
-             f"functions the kernel refuses to probe, from {sources.blacklist}",
+             f"functions the kernel refuses to probe, from {_shown(sources, sources.blacklist)}",
              "no blacklist: kernels without kprobes have none" if not (exists("kprobe_events") or blind) else
              f"cannot read the kprobe blacklist ({blacklist_why}): blacklisted functions cannot be "
              "flagged in advance; as root, mount debugfs (mount -t debugfs nodev /sys/kernel/debug)")
     kallsyms_ok, kallsyms_why = _readable(sources.kallsyms)
     add("kallsyms", "kallsyms", kallsyms_ok,
-             f"every kernel symbol, from {sources.kallsyms}",
-             f"cannot read {sources.kallsyms} ({kallsyms_why}): functions come only from the ftrace list")
+             f"every kernel symbol, from {_shown(sources, sources.kallsyms)}",
+             f"cannot read {_shown(sources, sources.kallsyms)} ({kallsyms_why}): functions come only from the ftrace list")
     add("kallsyms_addresses", "kernel addresses visible", kallsyms_ok and _addresses_visible(sources.kallsyms),
              "symbol addresses are shown (kptr_restrict allows it for this user)",
              "kallsyms shows zero addresses (kptr_restrict, or not root): sizes, blacklist ranges and "
              "ambiguous-name addresses are unknown; run as root or set kernel.kptr_restrict=0")
     btf_ok, btf_why = _readable(sources.btf_vmlinux)
     add("btf", "kernel BTF", btf_ok,
-             f"function prototypes and struct layouts from {sources.btf_vmlinux}",
+             f"function prototypes and struct layouts from {_shown(sources, sources.btf_vmlinux)}",
              f"no kernel BTF ({btf_why}): no prototypes; arguments need a vmlinux with debug info "
              "(CONFIG_DEBUG_INFO_BTF gives it)")
 
@@ -257,6 +257,17 @@ _SECTIONS = [
     ("Arguments", ["btf_args", "arg_n", "return_args", "string", "ustring", "symstr", "bitfield", "array"]),
     ("Function data", ["ftrace_list", "kallsyms", "kallsyms_addresses", "blacklist", "btf"]),
 ]
+
+
+def _shown(sources: KernelSources, path: Path | None) -> str:
+    """A path as the user knows it: a snapshot's file by its place in the snapshot, not by the temporary
+    directory it was unpacked in."""
+    if sources.live or sources.tracefs is None or path is None:
+        return str(path)
+    try:
+        return f"the snapshot's {path.relative_to(sources.tracefs.parent)}"
+    except ValueError:
+        return str(path)
 
 
 def report(caps: Capabilities) -> str:

@@ -136,6 +136,11 @@ def builder_program() -> Path:
     return compile_program("prog", TESTS / "tui" / "c" / "builder_prog.c", "-O0", "-g")
 
 
+def lab_program() -> Path:
+    """The lab's program: work()'s loop line (work:3) has four addresses."""
+    return compile_program("lab", TESTS / "tui" / "c" / "lab_walk.c", "-O0", "-g")
+
+
 def basic_program() -> Path:
     return compile_program("basic", TESTS / "live" / "c" / "basic.c", "-O1", "-g")
 
@@ -171,6 +176,17 @@ def kernel_app(theme: str = "dark") -> KprobeTui:
     """The browser on Debian 6.1's captured data (the subtitle would otherwise name a temp dir)."""
     app = KprobeTui(open_snapshot(SNAPSHOT_61), theme=theme)
     app.sub_title = f"snapshot of {SNAPSHOT_RELEASE}"
+    return app
+
+
+def kernel_without_kprobes_app() -> KprobeTui:
+    """Debian 6.1's captured data as a kernel built without kprobes shows it (no kprobe_events: this
+    machine's own kernel is one, but the picture must not depend on the machine)."""
+    sources = open_snapshot(SNAPSHOT_61)
+    assert sources.tracefs is not None
+    (sources.tracefs / "kprobe_events").unlink()
+    app = KprobeTui(sources)
+    app.sub_title = f"snapshot of {SNAPSHOT_RELEASE}, without kprobes"
     return app
 
 
@@ -264,6 +280,25 @@ async def to_builder(pilot: Pilot) -> None:
     await settled(pilot)
 
 
+async def to_builder_line(pilot: Pilot) -> None:
+    """A probe on work:3, a loop line of four addresses: the note before Create says it is one event."""
+    await catalog_loaded(pilot)
+    await pilot.press("slash", *"work", "enter")
+    await settled(pilot)
+    await pilot.press("n", "n", "enter")
+    await settled(pilot)
+
+
+async def to_doctor(pilot: Pilot) -> None:
+    """``D``: what the captured kernel allows, as ``kprobe-tui doctor`` says it."""
+    await catalog_loaded(pilot)
+    cache = PROGRAMS / "debuginfod-cache"  # no server, an empty cache: the same on every machine
+    cache.mkdir(parents=True, exist_ok=True)
+    with mock.patch.dict(os.environ, {"DEBUGINFOD_URLS": "", "DEBUGINFOD_CACHE_PATH": str(cache)}):
+        await pilot.press("D")
+        await settled(pilot)
+
+
 async def to_builder_tree(pilot: Pilot) -> None:
     """The variables tree: rec expanded, two of its members and n ticked, id read as u8."""
     await catalog_loaded(pilot)
@@ -355,9 +390,12 @@ STATES = [
     State("source-download", lambda: program_app(PROGRAMS / "probed-stripped"), to_download, server=stalled_debuginfod),
     State("builder", lambda: program_app(builder_program()), to_builder),
     State("builder-tree", lambda: program_app(builder_program()), to_builder_tree),
+    State("builder-line", lambda: program_app(lab_program()), to_builder_line),
     State("events", kernel_app, to_events),
     State("probes", lambda: program_app(basic_program()), to_probes, kernel=admin_and_our_probes),
     State("help", kernel_app, to_help),
+    State("doctor", kernel_app, to_doctor),
+    State("functions-no-kprobes", kernel_without_kprobes_app, to_functions),
     State("stats", kernel_app, to_stats),
     State("stats-count", kernel_app, to_stats_count),
     *(State(f"theme-{theme}", lambda theme=theme: kernel_app(theme), to_functions, sizes=((80, 24),))
