@@ -15,6 +15,7 @@ from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.events import PERSISTENT, Events
 from kprobe_tui.kernel.instance import Instance
+from kprobe_tui.kernel.profile import read_hits
 from kprobe_tui.kernel.tracefs import KernelRefused, Tracefs
 from kprobe_tui.probes import guard
 from kprobe_tui.probes.compile import compile_spec
@@ -431,3 +432,32 @@ def test_entry_arguments_are_read_after_the_prologue_stored_them(top, tmp_path, 
     assert [args["n"] for args in by_event["twice"]] == calls
     assert by_event["work"] == [{"name": row["name"], "n": row["n"]} for row in printed(output, "work")]
     assert by_event["spread"] == [{"a": n, "b": 10 * n, "c": 100 * n} for n in calls]
+
+
+def test_a_line_of_several_addresses_is_one_event_listed_counted_and_removed_as_one(top, tmp_path):
+    """work:3, a loop line, is four addresses (as perf probe finds them): one event the kernel appends
+    each to. Listed as one event of four definitions, found again as a twin, its hits recorded and
+    summed as the line's (9 a pass), and removed whole."""
+    binary = tmp_path / "lab"
+    subprocess.run(["gcc", "-O0", "-g", "-o", str(binary), str(Path(__file__).parents[1] / "tui" / "c" / "lab_walk.c")],
+                   check=True)
+    group = lifetime.run_name()
+    probes = compile_spec(parse_spec(["work:3"], binary=str(binary)), group, ())
+    assert len(probes) == 4 and {probe.event for probe in probes} == {"work_L3"}
+    output, recorded = capture(top, probes, [str(binary), "2"])
+    assert output == "6\n" and recorded == [("work_L3", {})] * 18
+
+    events, instance = Events(top), Instance(top)
+    [made] = events.create(probes, run_scoped=True)
+    instance.create()
+    try:
+        [listed] = [event for event in events.events_in(group) if event.event == "work_L3"]
+        assert len(listed.definitions) == 4 == len(made.definitions)
+        assert events.identical(probes[2:3], group) == [listed]  # one address of it is enough to be a twin
+        instance.enable(group, "work_L3")
+        subprocess.run([str(binary), "2"], check=True, capture_output=True)
+        assert read_hits(top)[f"{group}/work_L3"].hits == 18
+    finally:
+        instance.remove()
+        events.delete(made)
+    assert f"{group}/work_L3" not in top.read("uprobe_events")
