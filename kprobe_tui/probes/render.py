@@ -195,7 +195,7 @@ def _bpftrace_probe(spec: ProbeSpec, probe: CompiledProbe | None) -> str:
 
 def bpftrace_oneliner(spec: ProbeSpec, probes: list[CompiledProbe] | None = None, exclude_pid: int | None = None) -> str:
     """The bpftrace one-liner printing the same fields, attached at each of ``probes``' places; what bpftrace
-    cannot read is named in a comment."""
+    cannot read is named in a comment, and a filter's test of it left out (bpftrace refuses an unknown name)."""
     probe = probes[0] if probes else None
     compiled = {a.source: a for a in probe.args} if probe else {}
     fields, values, missing = [], [], []
@@ -216,34 +216,88 @@ def bpftrace_oneliner(spec: ProbeSpec, probes: list[CompiledProbe] | None = None
         else:
             fields.append(f"{label}={_PRINTF.get((type_ or 'x')[0], '%ld')}")
             values.append(expr)
-    name = spec.event or spec.function or "probe"
+    name = spec.event or (probe.event if probe else None) or spec.function or "probe"  # as the events table names it
     fmt = " ".join([name, *fields])
     call = ", ".join([f'"{fmt}\\n"', *values])
-    predicate = _bpftrace_predicate(spec, probe, exclude_pid)
-    places = ",".join(dict.fromkeys(_bpftrace_probe(spec, one) for one in probes)) if probes else _bpftrace_probe(spec, None)
-    program = f"{places}{predicate} {{ printf({call}); }}"
+    predicate, untested = _bpftrace_predicate(spec, probe, exclude_pid)
+    places = list(dict.fromkeys(_bpftrace_probe(spec, one) for one in probes)) if probes else [_bpftrace_probe(spec, None)]
+    program = f"{','.join(places)}{predicate} {{ printf({call}); }}"
     line = f"bpftrace -e {shlex.quote(program)}"
+    notes = []
     if missing:
-        line += f"  # bpftrace cannot read: {', '.join(missing)}"
-    return line
+        notes.append(f"bpftrace cannot read: {', '.join(missing)}"
+                     + (f" (the filter's {' && '.join(untested)} left out)" if untested else ""))
+    if spec.is_uprobe and any(re.search(r"\+\d+$", place) for place in places):
+        # bpftrace checks a uprobe's FUNC+OFFSET for an instruction boundary with a disassembler; a build
+        # without one refuses it, --unsafe or not (Debian's 0.17: tests/kernel/test_bpftrace_guest.py)
+        notes.append("FUNC+OFFSET needs a bpftrace built with its disassembler (Debian's 0.17 refuses it)")
+    return line + (f"  # {'; '.join(notes)}" if notes else "")
 
 
-def _bpftrace_predicate(spec: ProbeSpec, probe: CompiledProbe | None, exclude_pid: int | None) -> str:
-    tests = []
+def _bpftrace_predicate(spec: ProbeSpec, probe: CompiledProbe | None, exclude_pid: int | None) -> tuple[str, list[str]]:
+    """The predicate, and the filter's tests left out of it because they name a value bpftrace cannot read."""
+    tests, untested = [], []
     if spec.filter:
-        expr = spec.filter.replace("common_pid", "pid")
+        unreadable = set()
+        renames = []
         for arg in spec.args:
             field = arg.name or (default_arg_name(arg) if probe is None else None)
-            bp = _bpftrace_expr(arg, spec)
             for fetch in probe.args if probe else ():
                 if fetch.source == arg:
                     field = fetch.name
+            bp = _bpftrace_expr(arg, spec)
             if field and bp:
-                expr = re.sub(rf"\b{re.escape(field)}\b", bp, expr)
-        tests.append(f"({expr})")
+                renames.append((field, bp))
+            elif field:
+                unreadable.add(field)
+        for test in _conjuncts(spec.filter.replace("common_pid", "pid")):
+            if any(re.search(rf"\b{re.escape(field)}\b", test) for field in unreadable):
+                untested.append(test)
+                continue
+            for field, bp in renames:
+                test = re.sub(rf"\b{re.escape(field)}\b", bp, test)
+            tests.append(test if test.startswith("(") else f"({test})")
     if exclude_pid is not None:
         tests.append(f"pid != {exclude_pid}")
-    return f" /{' && '.join(tests)}/" if tests else ""
+    return (f" /{' && '.join(tests)}/" if tests else ""), untested
+
+
+def _conjuncts(expr: str) -> list[str]:
+    """``a && (b || c) && d`` as its top-level tests (outside parentheses and quotes)."""
+    parts, depth, start, quote = [], 0, 0, ""
+    index = 0
+    while index < len(expr):
+        char = expr[index]
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif expr.startswith("&&", index) and depth == 0:
+            parts.append(expr[start:index].strip())
+            start = index + 2
+            index += 1
+        index += 1
+    parts.append(expr[start:].strip())
+    whole = [part for part in parts if part]
+    if len(whole) == 1 and _wrapped(whole[0]):  # "(a && b)": its inner tests
+        return _conjuncts(whole[0][1:-1])
+    return whole
+
+
+def _wrapped(test: str) -> bool:
+    """Whether one pair of parentheses encloses all of ``test``."""
+    if not (test.startswith("(") and test.endswith(")")):
+        return False
+    depth = 0
+    for index, char in enumerate(test):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0 and index < len(test) - 1:
+            return False
+    return True
 
 
 def always_quoted(word: str) -> str:

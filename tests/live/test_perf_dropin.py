@@ -366,3 +366,36 @@ def test_the_builders_perf_line_runs_verbatim_in_perf_and_in_the_dropin(tracefs_
     mine, my_lines = added(tracefs_root, kprobe_tui, words[2:])
     assert theirs.returncode == mine.returncode == 0, mine.stderr
     assert my_lines == their_lines and their_lines[0].startswith(f"p:{GROUP}/{plan.probes[0].event} ")
+
+
+def test_the_builders_tracefs_lines_run_verbatim_in_a_shell(tracefs_root, clean, tmp_path):
+    """The tracefs lines the builder shows and F2 copies, for a line of four addresses with a filter: run by
+    sh as printed, they make what the builder makes (every address under one event) and set the filter."""
+    from kprobe_tui.kernel import lifetime
+    from kprobe_tui.kernel.events import Events
+    from kprobe_tui.kernel.tracefs import Tracefs
+    from kprobe_tui.probes import pipeline
+    from kprobe_tui.probes.render import command_rows
+
+    lab = tmp_path / "lab"
+    subprocess.run(["gcc", "-O0", "-g", "-o", str(lab), str(PROJECT / "tests" / "tui" / "c" / "lab_walk.c")], check=True)
+    group = lifetime.run_name()
+    request = pipeline.ProbeRequest(("work:3", "total"), binary=str(lab), run_group=group, filter="total > 1",
+                                    displayed=True)
+    plan = pipeline.plan(request, pipeline.ProbeTarget())
+    assert len(plan.probes) == 4
+    lines = [command for label, command in command_rows(plan.spec, plan.probes, str(tracefs_root))
+             if label in ("tracefs", "")]
+    event = plan.probes[0].event
+    try:
+        done = subprocess.run(["sh", "-ec", "\n".join(lines)], capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        [made] = [e for e in Events(Tracefs(tracefs_root)).events_in(group) if e.event == event]
+        def place_and_args(definition: str) -> list[str]:  # the kernel prints offsets zero-padded
+            return re.sub(r":0x0*(?=[0-9a-f])", ":0x", definition).split()[1:]
+
+        assert [place_and_args(d) for d in made.definitions] == [place_and_args(p.definition()) for p in plan.probes]
+        assert (tracefs_root / f"events/{group}/{event}/filter").read_text().strip() == plan.spec.filter
+    finally:
+        if (tracefs_root / f"events/{group}/{event}").exists():
+            control(tracefs_root, f"-:{group}/{event}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 from kprobe_tui.probes.naming import name_fetch_args
 from kprobe_tui.probes.rawfetch import compile_raw
 from kprobe_tui.probes.render import bpftrace_oneliner, default_event_name, perf_command, unique_name
@@ -118,3 +120,13 @@ def test_perf_dialect_names_and_types_arguments_as_perf_probe_does():
     args = [parse_arg(t) for t in ("flags:x", "sk->sk_state", "rec->scores[2]", "buf[1]")]
     names = [f.name for f in name_fetch_args(((a, *_default(a), None) for a in args), perf=True)]
     assert names == ["flags_x", "sk_state", "scores", "buf"]
+
+
+def test_bpftrace_leaves_out_a_filters_test_of_a_value_it_cannot_read():
+    """A local at a line: bpftrace has no name for it, and refuses a predicate that uses one; the rest of
+    the filter (the feedback guard's pid) stays, and the comment says what was left out."""
+    spec = parse_spec(["work:3", "total", "n"], binary="/bin/true", filter="(total > 1 && n < 5) && (common_pid != 77)")
+    line = bpftrace_oneliner(spec)
+    program = shlex.split(line, comments=True)[2]
+    assert "/(pid != 77)/" in program and "total" not in program
+    assert line.endswith("# bpftrace cannot read: total, n (the filter's (total > 1 && n < 5) left out)")
