@@ -1,66 +1,80 @@
-"""Full or lab mode: whether this user can create probes here, and if not, why and what is left.
+"""What this user can do here, each with the reason it cannot: create probes, list them, tail, aggregate.
 
 A user who cannot write tracefs still gets everything that can be read: browse functions and
 source, build a probe and copy the command for an administrator, list the probes others made
-when the event files are readable, and tail them when a trace instance can be made. The reason
-is said in plain words, naming the file that stops us (``capabilities.denied``).
+when the event files are readable, and tail them when a trace instance can be made. Screens ask
+for the ability they need (``access.can_tail``), never for a mode; lab mode is the name the UI
+gives to "cannot create". The reason is said in plain words, naming the file that stops us
+(``capabilities.denied``).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from kprobe_tui.kernel.capabilities import denied
 from kprobe_tui.kernel.sources import KernelSources
-
-FULL = "full"
-LAB = "lab"
 
 # The files a probe is created through, in the order the kernel prefers them.
 CONTROL_FILES = ("dynamic_events", "uprobe_events", "kprobe_events")
 
 
 @dataclass(frozen=True)
-class Access:
-    mode: str  # FULL or LAB
-    reason: str = ""  # why LAB, in plain words
-    can_list: bool = False  # the dynamic events (an administrator's probes) are readable
-    can_tail: bool = False  # a trace instance can be made and events enabled in it
-    tail_reason: str = ""  # why tailing is not possible
-    possible: list[str] = field(default_factory=list)  # what this user can still do, in plain words
+class Ability:
+    """One thing this user can or cannot do here; ``why_not`` in plain words when it cannot."""
 
-    @property
-    def lab(self) -> bool:
-        return self.mode == LAB
+    allowed: bool
+    why_not: str = ""
+
+    def __bool__(self) -> bool:
+        return self.allowed
+
+
+ALLOWED = Ability(True)
+
+
+def refused(why: str) -> Ability:
+    return Ability(False, why)
+
+
+@dataclass(frozen=True)
+class Access:
+    can_create: Ability  # make, enable and delete probes (without it: lab mode, read-only)
+    can_list: Ability  # read the dynamic events (an administrator's probes)
+    can_tail: Ability  # make a trace instance of our own and record events in it
+    can_aggregate: Ability  # count/hist/latency: make run-scoped probes and record or trigger on them
 
     def banner(self) -> str:
-        return f"LAB MODE: read-only — {self.reason}. Build a probe and copy the command for an administrator."
+        return (f"LAB MODE: read-only — {self.can_create.why_not}. "
+                "Build a probe and copy the command for an administrator.")
 
 
 def decide(sources: KernelSources) -> Access:
-    """The mode at start; a few stat and access calls, safe as any user."""
+    """What this user can do at start; a few stat and access calls, safe as any user."""
     tracefs = sources.tracefs
     if not sources.live:
-        return _lab(f"read-only snapshot of kernel {sources.release}", "a snapshot cannot be tailed")
+        return _read_only(f"read-only snapshot of kernel {sources.release}", "a snapshot cannot be tailed",
+                          "a snapshot's probes are not live")
     if tracefs is None:
         why = ("tracefs is not mounted and only root can mount it" if os.geteuid() != 0 else
                "tracefs is not mounted and could not be mounted")
-        return _lab(why, why)
+        return _read_only(why, why, why)
     blocked = denied(tracefs, os.R_OK | os.X_OK)
     if blocked:
-        return _lab(blocked, blocked)
+        return _read_only(blocked, blocked, blocked)
     present = [tracefs / name for name in CONTROL_FILES if (tracefs / name).exists()]
     if not present:
-        return _lab("this kernel has no kprobe_events or uprobe_events (built without probe events)",
-                    "there are no probe events to tail")
+        none = "there are no probe events"
+        return _read_only("this kernel has no kprobe_events or uprobe_events (built without probe events)", none, none)
     tail_why = tail_denied(tracefs) or ""
-    can_list = not denied(present[0], os.R_OK)
+    unlisted = denied(present[0], os.R_OK) or ""
     blocked = next(filter(None, (denied(path, os.W_OK) for path in present)), None) or tail_why
     if blocked:
-        return _lab(blocked, tail_why, can_list)
-    return Access(FULL, can_list=can_list, can_tail=True, possible=["everything: create, enable, delete and tail probes"])
+        return _read_only(blocked, tail_why, unlisted)
+    listed = refused(unlisted) if unlisted else ALLOWED
+    return Access(can_create=ALLOWED, can_list=listed, can_tail=ALLOWED, can_aggregate=ALLOWED)
 
 
 def tail_denied(tracefs: Path) -> str | None:
@@ -68,10 +82,9 @@ def tail_denied(tracefs: Path) -> str | None:
     return denied(tracefs, os.R_OK | os.X_OK) or denied(tracefs / "instances", os.W_OK | os.X_OK)
 
 
-def _lab(reason: str, tail_reason: str, can_list: bool = False) -> Access:
-    possible = ["browse functions and read source", "build a probe and copy the command for an administrator"]
-    if can_list:
-        possible.append("see the probes an administrator made")
-    if not tail_reason:
-        possible.append("tail them")
-    return Access(LAB, reason, can_list, not tail_reason, tail_reason, possible)
+def _read_only(create_why: str, tail_why: str, list_why: str) -> Access:
+    """Access of a user who cannot create probes (an aggregation makes its own, so it cannot either);
+    an empty reason: that much is allowed."""
+    return Access(can_create=refused(create_why), can_list=refused(list_why) if list_why else ALLOWED,
+                  can_tail=refused(tail_why) if tail_why else ALLOWED,
+                  can_aggregate=refused(f"an aggregation makes probes of its own, and {create_why}"))

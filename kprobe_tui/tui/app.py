@@ -79,9 +79,9 @@ class KprobeTui(App):
         self.source_dir = source_dir
         self.catalog: Catalog | BinaryCatalog | None = None
         sub_title = f"uprobes in {binary.path}" if binary else f"{'kernel' if sources.live else 'snapshot of'} {sources.release}"
-        self.access = access.decide(sources)  # full, or lab mode (read-only) and why
-        if self.access.lab:
-            sub_title = f"LAB MODE: read-only — {self.access.reason}"
+        self.access = access.decide(sources)  # what this user can do here, and why not
+        if not self.access.can_create:
+            sub_title = f"LAB MODE: read-only — {self.access.can_create.why_not}"
         self.sub_title = printable(sub_title)  # a path, a snapshot's release: anyone's text
 
     def load_catalog(self) -> Catalog | BinaryCatalog:
@@ -103,7 +103,7 @@ class KprobeTui(App):
         blocking.ui_thread(threading.get_ident())  # DWARF, compiles and tracefs writes are workers' work
         self.push_screen(FunctionsScreen(self.load_catalog))
         self._gc_timer = self.set_interval(0.25, self._freeze_when_warm)
-        if self.access.lab:
+        if not self.access.can_create:
             # 8 s, not 30: the notice lies over the why-pane and the source's buttons (the title keeps saying it)
             self.notify(self.access.banner(), title="Lab mode", severity="warning", timeout=8)
         self.theme_changed_signal.subscribe(self, self._remember_theme)
@@ -150,7 +150,7 @@ class KprobeTui(App):
         self.push_screen(ProbeBuilderScreen(message.function, binary=str(self.binary.path) if self.binary else None,
                                             sources=self.sources, line=message.line, variable=message.variable,
                                             vmlinux=self.vmlinux, kind=message.kind,
-                                            lab_reason=self.access.reason if self.access.lab else None,
+                                            lab_reason=self.access.can_create.why_not or None,
                                             module=self._module_of(message.function), catalog=self._kernel_catalog()))
 
     def on_edit_probe(self, message: EditProbe) -> None:
@@ -196,10 +196,11 @@ class KprobeTui(App):
 
     def on_open_stats(self, message: OpenStats) -> None:
         """The statistics view, or in lab mode the command an administrator runs (copied, OSC 52)."""
-        if self.access.lab:
+        if not self.access.can_aggregate:
             command = handoff(message.request)
             self.copy_to_clipboard(command)
-            self.notify(f"lab mode: {self.access.reason}. Copied for an administrator: {command}", title="Statistics",
+            self.notify(f"lab mode: {self.access.can_aggregate.why_not}. Copied for an administrator: {command}",
+                        title="Statistics",
                         severity="warning", timeout=30)
             return
         self.push_screen(StatsScreen(message.request, self.sources))

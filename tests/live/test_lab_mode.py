@@ -106,31 +106,37 @@ def kernel_state(root: Path, binary: Path) -> tuple[list[str], list[str]]:
 
 # --- access.decide, one test per reason ---------------------------------------------------------
 
+def why_not(decided: access.Access) -> dict[str, str]:
+    """Each ability's reason ("" where allowed): JSON, to come back from a child running as another user."""
+    return {name: ability.why_not for name, ability in vars(decided).items()}
+
+
 def test_a_snapshot_is_lab_mode():
     sources = KernelSources(Path("/nonexistent"), None, Path("/proc/kallsyms"), Path("/sys/kernel/btf"),
                             live=False, release="6.1.0-test")
     decided = access.decide(sources)
-    assert decided.lab and decided.reason == "read-only snapshot of kernel 6.1.0-test"
+    assert decided.can_create.why_not == "read-only snapshot of kernel 6.1.0-test" and not decided.can_aggregate
     assert decided.banner() == ("LAB MODE: read-only — read-only snapshot of kernel 6.1.0-test. "
                                 "Build a probe and copy the command for an administrator.")
-    assert not decided.can_tail
+    assert decided.can_tail.why_not == "a snapshot cannot be tailed"
 
 
 def test_root_on_this_machine_has_full_mode():
     decided = access.decide(locate(mount=False))
-    assert (decided.mode, decided.reason, decided.can_list, decided.can_tail) == (access.FULL, "", True, True)
+    assert all((decided.can_create, decided.can_list, decided.can_tail, decided.can_aggregate))
+    assert decided.can_create.why_not == decided.can_tail.why_not == ""
 
 
 def test_unmounted_tracefs_for_a_user(lab_user):
     sources = KernelSources(None, None, Path("/proc/kallsyms"), Path("/sys/kernel/btf"))
-    reason = as_user(lab_user, lambda: access.decide(sources).reason)
+    reason = as_user(lab_user, lambda: access.decide(sources).can_create.why_not)
     assert reason == "tracefs is not mounted and only root can mount it"
 
 
 def test_a_kernel_without_probe_files(tmp_path):
     sources = KernelSources(tmp_path, None, Path("/proc/kallsyms"), Path("/sys/kernel/btf"))
     decided = access.decide(sources)
-    assert decided.lab and "no kprobe_events or uprobe_events" in decided.reason
+    assert not decided.can_create and "no kprobe_events or uprobe_events" in decided.can_create.why_not
 
 
 def test_the_reason_names_the_file_that_stops_the_user(lab_user, shared_dir):
@@ -143,25 +149,23 @@ def test_the_reason_names_the_file_that_stops_the_user(lab_user, shared_dir):
     os.chown(fake / "instances", lab_user[0], lab_user[1])
     sources = KernelSources(fake, None, Path("/proc/kallsyms"), Path("/sys/kernel/btf"))
     try:
-        decided = as_user(lab_user, lambda: vars(access.decide(sources)))
-        assert decided["mode"] == access.LAB
-        assert decided["reason"] == (f"you are uid {lab_user[0]} and {fake}/uprobe_events is root-owned "
-                                     "(group root) mode 0640")
-        assert (decided["can_list"], decided["can_tail"]) == (False, True)
-        assert "tail them" in decided["possible"]
+        decided = as_user(lab_user, lambda: why_not(access.decide(sources)))
+        why = f"you are uid {lab_user[0]} and {fake}/uprobe_events is root-owned (group root) mode 0640"
+        assert decided["can_create"] == decided["can_list"] == why
+        assert decided["can_tail"] == "" and decided["can_aggregate"]  # a student may tail an administrator's probes
         os.chmod(fake, 0o700)  # now the directory itself stops it
-        decided = as_user(lab_user, lambda: vars(access.decide(sources)))
-        assert decided["reason"] == f"you are uid {lab_user[0]} and {fake} is root-owned (group root) mode 0700"
-        assert decided["can_tail"] is False
+        decided = as_user(lab_user, lambda: why_not(access.decide(sources)))
+        assert decided["can_create"] == f"you are uid {lab_user[0]} and {fake} is root-owned (group root) mode 0700"
+        assert decided["can_tail"]
     finally:
         shutil.rmtree(fake)
 
 
 def test_the_real_tracefs_closed_to_a_plain_user(lab_user, tracefs_root):
-    decided = as_user(lab_user, lambda: vars(access.decide(locate(mount=False))))
+    decided = as_user(lab_user, lambda: why_not(access.decide(locate(mount=False))))
     mode = tracefs_root.stat().st_mode & 0o7777
-    assert decided["reason"] == f"you are uid {lab_user[0]} and {tracefs_root} is root-owned (group root) mode {mode:04o}"
-    assert (decided["can_list"], decided["can_tail"]) == (False, False)
+    why = f"you are uid {lab_user[0]} and {tracefs_root} is root-owned (group root) mode {mode:04o}"
+    assert decided["can_create"] == decided["can_list"] == decided["can_tail"] == why
 
 
 # --- the app, as a user who may read tracefs but write nothing ------------------------------------

@@ -249,7 +249,9 @@ async def test_count_calls_of_the_one_function_the_filter_matches_per_process(pr
 
 async def test_lab_mode_offers_the_command_for_an_administrator(program, clean):
     """In lab mode nothing runs: the command that answers the same question is copied instead."""
-    lab = access.Access(access.LAB, "you are uid 1000 and uprobe_events is root's")
+    why = "you are uid 1000 and uprobe_events is root's"
+    lab = access.Access(can_create=access.refused(why), can_list=access.ALLOWED, can_tail=access.ALLOWED,
+                        can_aggregate=access.refused(f"an aggregation makes probes of its own, and {why}"))
     with mock.patch.object(access, "decide", return_value=lab):
         app = KprobeTui(locate(), BinaryCatalog(str(program)))
     async with app.run_test(size=(80, 24)) as pilot:

@@ -170,7 +170,7 @@ class ProbesScreen(Screen):
             table.move_cursor(row=table.get_row_index(selected.full_name), animate=False)
         ours = sum(1 for event in sample.events if event.owner in OURS and event.full_name in wanted)
         matching = f" matching {self.filter_text!r}" if self.filter_text else ""
-        mode = f" │ LAB MODE: {self.access.reason}" if self.access and self.access.lab else ""
+        mode = f" │ LAB MODE: {self.access.can_create.why_not}" if self.access and not self.access.can_create else ""
         self.query_one("#status", Static).update(plain(
             f"{len(wanted)} probes{matching} · {ours} ours (● = {lifetime.run_name()} or {DEFAULT_PERSISTENT_GROUP})"
             f"{mode}"))
@@ -262,8 +262,8 @@ class ProbesScreen(Screen):
 
     def _writable(self, event: DynamicEvent, action: str, key: str, admin_command: str) -> bool:
         """May ``action`` change ``event``? Lab mode: never; others' probes: on the second press."""
-        if self.access is not None and self.access.lab:
-            self._say(f"lab mode: {self.access.reason}. An administrator can run: {admin_command}", "error")
+        if self.access is not None and not self.access.can_create:
+            self._say(f"lab mode: {self.access.can_create.why_not}. An administrator can run: {admin_command}", "error")
             return False
         if event.owner in OURS or self._insisting == (action, event.full_name):
             self._insisting = None
@@ -279,8 +279,8 @@ class ProbesScreen(Screen):
         event = self.current()
         if event is None:
             return
-        if self.access is not None and self.access.lab and not self.access.can_tail:
-            self._say(f"lab mode: recording is not permitted ({self.access.tail_reason})", "error")
+        if self.access is not None and not self.access.can_tail:
+            self._say(f"lab mode: recording is not permitted ({self.access.can_tail.why_not})", "error")
             return
         tracing = self.tracing
         if not tracing.recording:  # nothing records yet: tailing it is what switches it on
@@ -303,7 +303,7 @@ class ProbesScreen(Screen):
         if event is None:
             return
         if self.access is not None and not self.access.can_tail:
-            self._say(f"tailing is not permitted: {self.access.tail_reason}", "error")
+            self._say(f"tailing is not permitted: {self.access.can_tail.why_not}", "error")
             return
         self.post_message(ShowEvents([event.full_name]))
 
