@@ -5,7 +5,10 @@ copied. Two kinds do:
 
 - ``SHF_COMPRESSED`` sections (``gcc -gz``, ``objcopy --compress-debug-sections``), zlib or zstd:
   inflated into memory once. Python 3.11 has no zstd, so the ``zstandard`` module is imported
-  only when a zstd section is met, and its absence is a message saying what to install.
+  only when a zstd section is met, and its absence is a message saying what to install. The
+  header's size is a claim by a file that may be hostile (a debuginfod server's, say): a section
+  may inflate to ``max_section_size()`` at most, and inflating stops one byte past the claim, so
+  6 MB of zlib'd zeros claiming 6 GiB is refused instead of filling the machine's memory.
 - relocatable files (``ET_REL``: a kernel module's debug file, Debian's ``.ko`` or Fedora's
   ``.ko.debug``): their DWARF holds addresses and offsets only after relocation. Every
   allocated section starts at 0 in such a file, so ``.text`` and ``.init.text`` would overlap;
@@ -33,6 +36,11 @@ SHF_COMPRESSED = 0x800
 SHT_RELA = 4
 ELFCOMPRESS_ZLIB, ELFCOMPRESS_ZSTD = 1, 2
 EM_X86_64 = 62
+# The most one compressed section may inflate to, in MiB. The biggest real section we know, .debug_info
+# of Debian's debug vmlinux 6.1.0-57-amd64, is 166 MiB (174,259,051 bytes; its .debug_loclists 23 MiB):
+# 1 GiB leaves room for bigger kernels and still refuses a header that claims gigabytes.
+MAX_SECTION_ENV = "KPROBE_TUI_MAX_SECTION_MB"
+DEFAULT_MAX_SECTION_MB = 1024
 # x86-64 relocation types found in debug sections: (struct format of the field, pc-relative)
 R_X86_64 = {1: ("Q", False), 2: ("i", True), 10: ("I", False), 11: ("i", False), 24: ("q", True)}  # 64, PC32, 32, 32S, PC64
 
@@ -172,28 +180,61 @@ class DebugSections:
             pack.pack_into(data, offset, value)
 
 
+def max_section_size() -> int:
+    """The most bytes one compressed section may inflate to: KPROBE_TUI_MAX_SECTION_MB MiB, or the default."""
+    text = os.environ.get(MAX_SECTION_ENV, "").strip()
+    if not text:
+        return DEFAULT_MAX_SECTION_MB << 20
+    if not text.isdigit() or int(text) == 0:
+        raise UserError(f"{MAX_SECTION_ENV}={text!r} is not a size in MiB",
+                        f"set it to a whole number of MiB (the default is {DEFAULT_MAX_SECTION_MB}), or unset it")
+    return int(text) << 20
+
+
 def inflate(raw: bytes, is64: bool, order: str, path: Path, name: str) -> bytes:
-    """The contents of an SHF_COMPRESSED section: its Elf_Chdr, then zlib or zstd data."""
+    """The contents of an SHF_COMPRESSED section: its Elf_Chdr, then zlib or zstd data.
+
+    Never more than the header's size plus one byte is inflated, and never a size above the bound."""
     if is64:
         kind, _reserved, size, _align = struct.unpack_from(order + "IIQQ", raw)
         body = raw[24:]
     else:
         kind, size, _align = struct.unpack_from(order + "III", raw)
         body = raw[12:]
-    if kind == ELFCOMPRESS_ZLIB:
-        data = zlib.decompress(body)
-    elif kind == ELFCOMPRESS_ZSTD:
-        data = _zstd_decompress(body, size, path, name)
-    else:
+    if kind not in (ELFCOMPRESS_ZLIB, ELFCOMPRESS_ZSTD):
         raise UserError(f"{path}: section {name} is compressed with an unknown method ({kind})",
                         f"decompress it: objcopy --decompress-debug-sections {path} OUT")
+    bound = max_section_size()
+    if size > bound:
+        raise UserError(
+            f"{path}: section {name} claims to inflate to {size} bytes, more than the {bound >> 20} MiB "
+            "kprobe-tui inflates for one section",
+            f"if the file is genuine, raise the bound: {MAX_SECTION_ENV}={-(-size >> 20)} (MiB) in the environment",
+        )
+    # one byte past the claim is enough to know the stream does not end where its header says
+    if kind == ELFCOMPRESS_ZLIB:
+        data = _zlib_decompress(body, size + 1, path, name)
+    else:
+        data = _zstd_decompress(body, size + 1, path, name)
     if len(data) != size:
-        raise UserError(f"{path}: section {name} inflates to {len(data)} bytes, its header says {size}",
+        produced = f"more than {size}" if len(data) > size else f"only {len(data)}"
+        raise UserError(f"{path}: section {name} inflates to {produced} bytes, its header says {size}",
                         "the file is damaged: rebuild or reinstall it")
     return data
 
 
-def _zstd_decompress(body: bytes, size: int, path: Path, name: str) -> bytes:
+def _zlib_decompress(body: bytes, limit: int, path: Path, name: str) -> bytes:
+    inflater = zlib.decompressobj()
+    try:
+        data = inflater.decompress(body, limit)
+    except zlib.error as exc:
+        raise _not_compressed_data(path, name, "zlib", exc) from None
+    if len(data) < limit and not inflater.eof:
+        raise _not_compressed_data(path, name, "zlib", "the stream is cut short")
+    return data
+
+
+def _zstd_decompress(body: bytes, limit: int, path: Path, name: str) -> bytes:
     try:
         import zstandard  # only for zstd sections: Python 3.11 has no zstd of its own
     except ImportError:
@@ -202,4 +243,15 @@ def _zstd_decompress(body: bytes, size: int, path: Path, name: str) -> bytes:
             "pip install zstandard (Debian: apt-get install python3-zstandard), "
             f"or decompress the file: objcopy --decompress-debug-sections {path} OUT",
         ) from None
-    return zstandard.ZstdDecompressor().decompress(body, max_output_size=size)
+    # streamed: decompress() would allocate whatever size the frame header states; several frames
+    # are read as one, as libelf's ZSTD_decompress does
+    try:
+        with zstandard.ZstdDecompressor().stream_reader(body, read_across_frames=True) as reader:
+            return reader.read(limit)
+    except zstandard.ZstdError as exc:
+        raise _not_compressed_data(path, name, "zstd", exc) from None
+
+
+def _not_compressed_data(path: Path, name: str, method: str, detail: object) -> UserError:
+    return UserError(f"{path}: section {name} is not valid {method} data ({detail})",
+                     "the file is damaged: rebuild or reinstall it")
