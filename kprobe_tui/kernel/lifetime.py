@@ -17,8 +17,18 @@ it. Taking the name means creating its lock file (``O_EXCL``, already locked), s
 share a name, whatever their PIDs. The file records the boot it belongs to: a /run shared with
 another kernel (a QEMU guest mounting the host's root) is not taken for ours.
 
-A name without a lock file we can see (made by an older kprobe-tui, or by a run that could not
-write /run) is judged the old way, by its PID, and only from the initial PID namespace, where
+Where the locks are: root's in ``/run/kprobe-tui``, a directory only root writes (0755: a user who
+could write there could fill /run, a small shared tmpfs, or make ``made/`` before root, see
+registry.py); anyone else's in ``$XDG_RUNTIME_DIR/kprobe-tui``, or when that is unset (su, sudo,
+setpriv and cron drop it) in ``/run/user/<uid>/kprobe-tui``, the directory logind makes for the
+user, where XDG_RUNTIME_DIR points in a login session. Not /tmp: another user can make any name
+there first, and root would not know to look. Root judges users' runs by their locks under
+/run/user; a user judges root's by ``/run/kprobe-tui`` (its 0600 locks say only "not yours": never
+stale). A directory that is not a plain directory of its owner that no one else may write is not
+used, with a warning on stderr; a lock held anywhere makes its name live, whatever is said elsewhere.
+
+A name without a lock file we can see (made by an older kprobe-tui, or by a run with no directory
+for its lock) is judged the old way, by its PID, and only from the initial PID namespace, where
 every PID is visible; from anywhere else it is never called stale.
 """
 
@@ -43,7 +53,9 @@ import psutil
 
 RUN_PREFIX = "kptui_"
 _RUN_NAME = re.compile(rf"{RUN_PREFIX}(\d+)(?:_(\d+))?")
-LOCK_DIR = Path("/run/kprobe-tui")
+LOCK_DIR = Path("/run/kprobe-tui")  # root's run locks and records (registry.py)
+USERS_RUNTIME = Path("/run/user")  # logind's runtime directories, /run/user/<uid>: other users' locks
+_STATE_NAME = "kprobe-tui"  # our directory in a user's runtime directory
 _LOCK_SUFFIX = ".lock"
 _INIT_PID_NAMESPACE = 0xEFFFFFFC  # PROC_PID_INIT_INO (include/linux/proc_ns.h): the initial PID namespace
 _MAX_SUFFIX = 1000
@@ -121,10 +133,16 @@ def in_initial_pid_namespace() -> bool:
 
 
 def lock_state(name: str) -> str:
-    """HELD (its run is alive), FREE (dead), ABSENT (no lock file of this boot), UNKNOWN (not ours to open)."""
-    directory = lock_dir()
-    if directory is None:
-        return ABSENT
+    """HELD (its run is alive), FREE (dead), ABSENT (no lock file of this boot), UNKNOWN (not ours to open).
+
+    Held in any directory we look in means alive: a user's file elsewhere cannot make a live run dead.
+    """
+    states = {_lock_state_in(directory, owner, name) for directory, owner in _lock_dirs()}
+    return next((state for state in (HELD, UNKNOWN, FREE) if state in states), ABSENT)
+
+
+def _lock_state_in(directory: Path, owner: int | None, name: str) -> str:
+    """The state of ``name``'s lock in one directory; a file there not ``owner``'s (when given) is ABSENT."""
     try:
         fd = os.open(directory / f"{name}{_LOCK_SUFFIX}", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -132,8 +150,11 @@ def lock_state(name: str) -> str:
     except OSError:
         return UNKNOWN  # another user's (0600), or not a plain file
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
             return UNKNOWN
+        if owner is not None and status.st_uid != owner:
+            return ABSENT
         if os.pread(fd, 64, 0).decode(errors="replace").split(" ")[-1].strip() != boot_id():
             return ABSENT
         try:
@@ -147,26 +168,24 @@ def lock_state(name: str) -> str:
 
 def forget(name: str) -> None:
     """Remove a dead run's lock file, once its objects are gone (a live run's is never touched)."""
-    directory = lock_dir()
-    if directory is None or name == own_name():
+    if name == own_name():
         return
-    _unlink_if_free(directory / f"{name}{_LOCK_SUFFIX}")
+    for directory, _owner in _lock_dirs():
+        _unlink_if_free(directory, f"{name}{_LOCK_SUFFIX}")
 
 
 def dead_runs() -> list[str]:
     """Names whose lock file is free: runs that died, whether or not they left anything in tracefs."""
-    directory = lock_dir()
-    if directory is None:
-        return []
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return []
-    found = []
-    for entry in names:
-        name = entry.removesuffix(_LOCK_SUFFIX)
-        if entry.endswith(_LOCK_SUFFIX) and is_run_scoped(name) and name != own_name() and lock_state(name) == FREE:
-            found.append(name)
+    found = set()
+    for directory, _owner in _lock_dirs():
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            continue
+        for entry in names:
+            name = entry.removesuffix(_LOCK_SUFFIX)
+            if entry.endswith(_LOCK_SUFFIX) and is_run_scoped(name) and name != own_name() and lock_state(name) == FREE:
+                found.add(name)
     return sorted(found)
 
 
@@ -179,25 +198,84 @@ def boot_id() -> str:
 
 
 def lock_dir(create: bool = False) -> Path | None:
-    """/run/kprobe-tui when it is a directory root made (sticky, world-writable: lab users lock there too)."""
-    try:
-        status = os.lstat(LOCK_DIR)
-    except FileNotFoundError:
-        if not create:
-            return None
-        try:
-            os.mkdir(LOCK_DIR, 0o700)
-            os.chmod(LOCK_DIR, 0o1777)
-        except FileExistsError:
-            pass
-        except OSError:
-            return None  # not root, or /run is read-only (a QEMU guest's view of the host)
-        return lock_dir()
-    except OSError:
+    """Where this user's runs lock their names (see the module's docstring); None when there is none."""
+    uid = os.geteuid()
+    if uid == 0:
+        return root_dir(create)
+    variable = os.environ.get("XDG_RUNTIME_DIR")
+    runtime = Path(variable) if variable and os.path.isabs(variable) else USERS_RUNTIME / str(uid)
+    if trusted_dir(runtime, uid, "this user's runtime directory") is None:
         return None
-    if not stat.S_ISDIR(status.st_mode) or status.st_uid != 0:
-        return None  # only a directory root made is trusted: its sticky bit keeps users' files apart
-    return LOCK_DIR
+    return trusted_dir(runtime / _STATE_NAME, uid, "run locks", create=create)
+
+
+def root_dir(create: bool = False) -> Path | None:
+    """/run/kprobe-tui, when only root writes it (made by root on first use)."""
+    return trusted_dir(LOCK_DIR, 0, "run locks and probe records", create=create and os.geteuid() == 0)
+
+
+def _lock_dirs() -> list[tuple[Path, int | None]]:
+    """The directories a run's lock may be in, each with whose locks count there (None: anyone's)."""
+    own = lock_dir()
+    if os.geteuid() != 0:
+        root = root_dir()
+        return [(directory, None) for directory in (own, root) if directory is not None]
+    found: list[tuple[Path, int | None]] = [(own, None)] if own is not None else []  # any owner's: users locked here before
+    try:
+        users = sorted(entry for entry in os.listdir(USERS_RUNTIME) if entry.isdigit())
+    except OSError:
+        users = []
+    for user in users:
+        directory = trusted_dir(USERS_RUNTIME / user / _STATE_NAME, int(user), "run locks", quiet=True)
+        if directory is not None:
+            found.append((directory, int(user)))
+    return found
+
+
+_warned: set[str] = set()
+
+
+def trusted_dir(path: Path, owner: int, holding: str, create: bool = False, quiet: bool = False) -> Path | None:
+    """``path`` when it is a directory (not a symlink to one) of ``owner`` that no one else may write;
+    made 0755 when missing and ``create``. Anything else is not used, and said once on stderr (unless
+    ``quiet``): what it would have held is not kept this run."""
+    if create:
+        try:
+            os.mkdir(path, 0o755)
+        except OSError:
+            pass  # there already (checked below), or not ours to make: nothing is kept
+    problem: str | None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        symlink = exc.errno in (errno.ELOOP, errno.ENOTDIR)
+        problem = "is a symlink or not a directory" if symlink else f"cannot be opened ({exc.strerror})"
+    else:
+        problem = _dir_problem(fd, path, owner)
+    if problem is None:
+        return path
+    message = f"kprobe-tui: not using {path} for {holding}: it {problem}; remove it, or fix its owner and mode"
+    if not quiet and message not in _warned:
+        _warned.add(message)
+        print(message, file=sys.stderr)
+    return None
+
+
+def _dir_problem(fd: int, path: Path, owner: int) -> str | None:
+    """What makes an open directory untrustworthy, or None; closes ``fd``."""
+    try:
+        status = os.fstat(fd)
+        if status.st_uid != owner:
+            return f"is owned by uid {status.st_uid}, not {owner}"
+        if status.st_mode & 0o022 and path == LOCK_DIR and os.geteuid() == 0:
+            os.fchmod(fd, 0o755)  # an earlier kprobe-tui made it 1777 for every user's locks: root's alone now
+        elif status.st_mode & 0o022:
+            return f"is writable by others (mode {stat.S_IMODE(status.st_mode):04o})"
+        return None
+    finally:
+        os.close(fd)
 
 
 def _take_name(pid: int) -> _Claim:
@@ -207,6 +285,8 @@ def _take_name(pid: int) -> _Claim:
         return _Claim(f"{RUN_PREFIX}{pid}", None, None)
     for suffix in range(_MAX_SUFFIX):
         name = f"{RUN_PREFIX}{pid}" + (f"_{suffix}" if suffix else "")
+        if lock_state(name) != ABSENT:
+            continue  # locked by another user's run (another PID namespace), or left by a dead one
         try:
             fd = _create_locked(directory, name, pid)
         except OSError:
@@ -241,18 +321,26 @@ def _create_locked(directory: Path, name: str, pid: int) -> int | None:
     return fd
 
 
-def _unlink_if_free(path: Path) -> None:
+def _unlink_if_free(directory: Path, entry: str) -> None:
+    """Remove a lock no one holds; through the directory's descriptor, so that a user who owns it (root
+    cleans up after users) cannot swap it for a symlink between the check and the unlink."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        directory_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return
     try:
+        fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=directory_fd)
+    except OSError:
+        os.close(directory_fd)
+        return
+    try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.unlink(path)  # while we hold it: no run can be holding it now
+        os.unlink(entry, dir_fd=directory_fd)  # while we hold it: no run can be holding it now
     except OSError:
         pass
     finally:
         os.close(fd)
+        os.close(directory_fd)
 
 
 def _release_names(failed: bool) -> None:

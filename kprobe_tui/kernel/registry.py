@@ -12,10 +12,12 @@ the same name is not ours), in the boot the record was made in (probes do not su
 is a tmpfs that starts empty, and the boot id covers a /run that is not). A record that no longer
 matches is removed when next seen.
 
-Trust: the directory must be root's and not writable by others; a record counts only when it is a
-regular file owned by root or by this user (a user who may not write tracefs could otherwise make
-root's bare ``del`` remove someone else's probe). A user who cannot write there (not root) makes
-probes without records: ``list`` then shows them as anyone's, and ``del`` needs their group named.
+Trust: the directory, and /run/kprobe-tui it is in, must be root's and not writable by others (see
+lifetime.trusted_dir: anything else, a symlink or a ``made/`` another user made first, is warned
+about on stderr and nothing is recorded there); a record counts only when it is a regular file owned
+by root or by this user (a user who may not write tracefs could otherwise make root's bare ``del``
+remove someone else's probe). A user who cannot write there (not root) makes probes without
+records: ``list`` then shows them as anyone's, and ``del`` needs their group named.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from pathlib import Path
 from kprobe_tui.files import write_atomic
 from kprobe_tui.kernel import lifetime
 
-RECORD_DIR = lifetime.LOCK_DIR / "made"
+_RECORD_DIR_NAME = "made"  # in lifetime.LOCK_DIR
 MAX_RECORD = 64 * 1024  # a few definition lines; anything bigger is not ours
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HEX = re.compile(r"0x([0-9a-fA-F]+)")
@@ -128,18 +130,13 @@ def _read(path: Path) -> list[str] | None:
 
 
 def _directory(create: bool = False) -> Path | None:
-    """/run/kprobe-tui/made when root made it and only root writes it (created by root on first use)."""
-    if create and lifetime.lock_dir(create=True) is not None:
-        try:
-            os.mkdir(RECORD_DIR, 0o755)
-        except OSError:
-            pass  # there already, or we are not root: checked below
-    try:
-        status = os.lstat(RECORD_DIR)
-    except OSError:
+    """/run/kprobe-tui/made when only root writes it (made by root on first use); None for a user who
+    cannot write it when ``create``."""
+    root = lifetime.root_dir(create)
+    if root is None:
         return None
-    if not stat.S_ISDIR(status.st_mode) or status.st_uid != 0 or status.st_mode & 0o022:
+    directory = lifetime.trusted_dir(root / _RECORD_DIR_NAME, 0, "records of the probes kprobe-tui makes",
+                                     create=create and os.geteuid() == 0)
+    if directory is None or (create and not os.access(directory, os.W_OK)):
         return None
-    if create and not os.access(RECORD_DIR, os.W_OK):
-        return None
-    return RECORD_DIR
+    return directory

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kprobe_tui.cli import main as cli_main
-from kprobe_tui.kernel import registry
+from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.events import OTHERS, PERSISTENT, Events
 from kprobe_tui.kernel.tracefs import Tracefs
 from kprobe_tui.probes.compile import compile_spec
@@ -24,6 +24,7 @@ from test_uprobes import build
 
 pytestmark = pytest.mark.live
 GROUP = f"kptreg{os.getpid()}"  # a group of this test's own: others' tests run beside it
+RECORDS = lifetime.LOCK_DIR / "made"
 
 
 @pytest.fixture
@@ -62,7 +63,7 @@ def test_our_probe_is_ours_in_any_group_and_a_probe_beside_it_is_not(top, binary
     assert cli_main(["del", "mine", "theirs"]) == 2  # a bare name matches ours only: theirs is not found
     assert cli_main(["del", "mine"]) == 0
     assert f"{GROUP}/mine " not in top.read("uprobe_events") and f"{GROUP}/theirs " in top.read("uprobe_events")
-    assert not (registry.RECORD_DIR / f"{GROUP}:mine").exists()
+    assert not (RECORDS / f"{GROUP}:mine").exists()
 
 
 def test_an_event_redefined_by_hand_under_our_name_is_not_ours(top, binary):
@@ -72,18 +73,18 @@ def test_an_event_redefined_by_hand_under_our_name_is_not_ours(top, binary):
                  .rsplit("\n", 1)[-1], 16)
     top.write("uprobe_events", f"p:{GROUP}/mine {binary}:0x{offset:x}\n")
     assert ours(top, "mine") == OTHERS
-    assert not (registry.RECORD_DIR / f"{GROUP}:mine").exists(), "a record the kernel does not bear out is removed"
+    assert not (RECORDS / f"{GROUP}:mine").exists(), "a record the kernel does not bear out is removed"
 
 
 def test_records_of_another_boot_or_not_roots_count_for_nothing(top, binary, tmp_path):
     make(top, binary, "mine")
-    record = registry.RECORD_DIR / f"{GROUP}:mine"
+    record = RECORDS / f"{GROUP}:mine"
     saved = json.loads(record.read_text())
     record.write_text(json.dumps({**saved, "boot": "another-boot"}))
     assert ours(top, "mine") == OTHERS
     make(top, binary, "again")
     nobody = 65534
-    os.chown(registry.RECORD_DIR / f"{GROUP}:again", nobody, nobody)
+    os.chown(RECORDS / f"{GROUP}:again", nobody, nobody)
     assert ours(top, "again") == OTHERS
 
 
