@@ -1,0 +1,165 @@
+"""``kprobe-tui export CONFIG``: the answers of count, hist and latency runs, served to Prometheus.
+
+CONFIG (TOML) lists the metrics; each is one aggregation run, made at the start and removed at
+the end (SIGTERM, SIGHUP, SIGINT: kernel/lifetime.py; after a SIGKILL, `kprobe-tui cleanup`).
+The whole file is checked and every probe compiled before anything is made in the kernel. At each
+scrape, each run's cumulative answer (since the start) becomes a counter or a histogram
+(aggregate/exposition.py); prometheus_client serves the page. ``--once`` prints one page and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from types import SimpleNamespace
+
+from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+
+from kprobe_tui.aggregate import exportconfig
+from kprobe_tui.aggregate.exportconfig import MetricConfig
+from kprobe_tui.aggregate.exposition import ExportCollector, ExportedMetric
+from kprobe_tui.aggregate.result import Result
+from kprobe_tui.aggregate.run import AggregationRun
+from kprobe_tui.aggregate.targets import Targets
+from kprobe_tui.commands.aggregation import builder
+from kprobe_tui.errors import UserError
+
+DEFAULT_LISTEN = "127.0.0.1:9435"  # 9435: free in Prometheus' list of default exporter ports
+ONCE_SECONDS = 1.0
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "export", help="serve count/hist/latency aggregations to Prometheus, as CONFIG (TOML) lists them",
+        description=exportconfig.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("config", metavar="CONFIG", help="the metrics, a TOML file (see above)")
+    parser.add_argument("--listen", metavar="HOST:PORT", default=DEFAULT_LISTEN,
+                        help=f"where to serve /metrics (default {DEFAULT_LISTEN}; port 0: any free port)")
+    parser.add_argument("--once", action="store_true",
+                        help="run the probes for --duration, print the page to stdout, remove everything, exit")
+    parser.add_argument("-d", "--duration", type=float, metavar="SECONDS",
+                        help=f"stop after SECONDS (default: --once {ONCE_SECONDS:g} s, else until a signal)")
+    parser.set_defaults(run=run)
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` or ``[IPV6]:PORT``."""
+    host, colon, port = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not colon or not host or not port.isdigit() or int(port) > 65535:
+        raise UserError(f"--listen {text}: expected HOST:PORT", f"e.g. --listen {DEFAULT_LISTEN} or --listen [::1]:9435")
+    return host, int(port)
+
+
+def _err(text: str) -> None:
+    sys.stderr.write(f"kprobe-tui: export: {text}\n")
+    sys.stderr.flush()
+
+
+def _prefixed(metric: MetricConfig, exc: UserError) -> UserError:
+    return UserError(f"metric {metric.name!r}: {exc.message}", exc.hint)
+
+
+def compile_all(args, metrics: tuple[MetricConfig, ...]):
+    """Every metric's probes, compiled before any is made: a mistake in the last one leaves the kernel untouched."""
+    top = None
+    compiled: list[tuple[MetricConfig, Targets]] = []
+    taken: list[str] = []  # event names compiled for earlier metrics (all are in this run's one group)
+    for metric in metrics:
+        try:
+            top, build = builder(SimpleNamespace(**{**vars(args), "binary": metric.binary}))
+            build.taken += taken
+            aggregation = metric.aggregation
+            if aggregation.kind == "count":
+                targets = build.counting(list(metric.specs), aggregation, metric.filter)
+            elif aggregation.kind == "hist":
+                assert metric.value is not None, "the config gives a hist its value"
+                targets = build.histogram(metric.specs[0], metric.value, aggregation, metric.filter)
+            else:
+                targets = build.latency(metric.specs[0], aggregation, metric.filter)
+        except UserError as exc:
+            raise _prefixed(metric, exc) from None
+        taken = build.taken
+        compiled.append((metric, targets))
+    return top, compiled
+
+
+def run(args) -> int:
+    if args.duration is not None and args.duration <= 0:
+        raise UserError(f"--duration {args.duration}: must be a positive number of seconds")
+    address = None if args.once else parse_listen(args.listen)
+    config = exportconfig.load(args.config)
+    top, compiled = compile_all(args, config.metrics)
+    registry, server = CollectorRegistry(), None
+    if address is not None:  # bound before the probes are made: a port in use leaves the kernel untouched
+        try:
+            server, _thread = start_http_server(address[1], address[0], registry=registry)
+        except OSError as exc:
+            raise UserError(f"--listen {args.listen}: {exc.strerror or exc}", "choose another HOST:PORT") from None
+    runs: list[tuple[MetricConfig, AggregationRun]] = []
+    try:
+        for metric, targets in compiled:
+            if targets.skipped:
+                _err(f"{metric.name}: skipped " + "; ".join(f"{len(n)} {why}" for why, n in targets.skipped.items()))
+            aggregation_run = AggregationRun(top, metric.aggregation, targets, metric.filter, metric.engine)
+            try:
+                choice = aggregation_run.start()
+            except UserError as exc:
+                raise _prefixed(metric, exc) from None
+            runs.append((metric, aggregation_run))
+            _err(f"{metric.name}: {choice.engine} engine: {choice.reason}")
+        if args.once:
+            time.sleep(args.duration or ONCE_SECONDS)
+            finals = {metric.name: run.stop() for metric, run in runs}
+            registry.register(ExportCollector([_exported(m, r, lambda name=m.name: _total(finals[name])) for m, r in runs]))
+            sys.stdout.write(generate_latest(registry).decode("utf-8"))
+            return 0
+        registry.register(ExportCollector([_exported(m, r, _sampler(r)) for m, r in runs]))
+        assert server is not None and address is not None, "a run that is not --once serves"
+        host = f"[{address[0]}]" if ":" in address[0] else address[0]
+        _err(f"serving {len(runs)} metric{'s' if len(runs) != 1 else ''} on http://{host}:{server.server_port}/metrics")
+        _serve(args.duration)
+        return 0
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        for _metric, aggregation_run in reversed(runs):
+            aggregation_run.stop()
+
+
+def _serve(duration: float | None) -> None:
+    """Until --duration is over, or Ctrl-C (SIGTERM and SIGHUP end the run through lifetime's handlers)."""
+    deadline = time.monotonic() + duration if duration else None
+    try:
+        while deadline is None or time.monotonic() < deadline:
+            time.sleep(3600 if deadline is None else max(0.0, deadline - time.monotonic()))
+    except KeyboardInterrupt:
+        pass
+
+
+def _total(sample) -> Result | None:
+    return sample.total if sample is not None else None
+
+
+def _sampler(aggregation_run: AggregationRun):
+    """The run's cumulative Result at scrape time; None once it cannot say (a reader failed, or it was stopped)."""
+    def sample() -> Result | None:
+        try:
+            return aggregation_run.sample().total
+        except (UserError, RuntimeError):
+            return None
+
+    return sample
+
+
+def _exported(metric: MetricConfig, aggregation_run: AggregationRun, sample) -> ExportedMetric:
+    return ExportedMetric(metric.name, metric.help, metric.aggregation.kind, metric.labels, metric.max_series,
+                          sum(len(target.probes) for target in aggregation_run.targets.items), sample,
+                          metric.aggregation.buckets, _divisor(metric))
+
+
+def _divisor(metric: MetricConfig) -> int:
+    """A latency's units per second (exposition.py: exposed in Prometheus' base unit); other values as they are."""
+    return 1_000_000_000 // metric.aggregation.unit_ns if metric.aggregation.kind == "latency" else 1
