@@ -17,7 +17,7 @@ from types import SimpleNamespace
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 
 from kprobe_tui.aggregate import exportconfig
-from kprobe_tui.aggregate.exportconfig import MetricConfig
+from kprobe_tui.aggregate.exportconfig import ExportConfig, MetricConfig
 from kprobe_tui.aggregate.exposition import ExportCollector, ExportedMetric
 from kprobe_tui.aggregate.result import Result
 from kprobe_tui.aggregate.run import AggregationRun
@@ -57,16 +57,16 @@ def _err(text: str) -> None:
     sys.stderr.flush()
 
 
-def _prefixed(metric: MetricConfig, exc: UserError) -> UserError:
-    return UserError(f"metric {metric.name!r}: {exc.message}", exc.hint)
+def _prefixed(config: ExportConfig, metric: MetricConfig, exc: UserError) -> UserError:
+    return UserError(f"{config.path}: metric {metric.name!r}: {exc.message}", exc.hint)
 
 
-def compile_all(args, metrics: tuple[MetricConfig, ...]):
+def compile_all(args, config: ExportConfig):
     """Every metric's probes, compiled before any is made: a mistake in the last one leaves the kernel untouched."""
     top = None
     compiled: list[tuple[MetricConfig, Targets]] = []
     taken: list[str] = []  # event names compiled for earlier metrics (all are in this run's one group)
-    for metric in metrics:
+    for metric in config.metrics:
         try:
             top, build = builder(SimpleNamespace(**{**vars(args), "binary": metric.binary}))
             build.taken += taken
@@ -79,7 +79,7 @@ def compile_all(args, metrics: tuple[MetricConfig, ...]):
             else:
                 targets = build.latency(metric.specs[0], aggregation, metric.filter)
         except UserError as exc:
-            raise _prefixed(metric, exc) from None
+            raise _prefixed(config, metric, exc) from None
         taken = build.taken
         compiled.append((metric, targets))
     return top, compiled
@@ -90,7 +90,7 @@ def run(args) -> int:
         raise UserError(f"--duration {args.duration}: must be a positive number of seconds")
     address = None if args.once else parse_listen(args.listen)
     config = exportconfig.load(args.config)
-    top, compiled = compile_all(args, config.metrics)
+    top, compiled = compile_all(args, config)
     registry, server = CollectorRegistry(), None
     if address is not None:  # bound before the probes are made: a port in use leaves the kernel untouched
         try:
@@ -106,7 +106,7 @@ def run(args) -> int:
             try:
                 choice = aggregation_run.start()
             except UserError as exc:
-                raise _prefixed(metric, exc) from None
+                raise _prefixed(config, metric, exc) from None
             runs.append((metric, aggregation_run))
             _err(f"{metric.name}: {choice.engine} engine: {choice.reason}")
         if args.once:

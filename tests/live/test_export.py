@@ -1,0 +1,212 @@
+"""``kprobe-tui export`` on this machine's uprobes, scraped by a real Prometheus: the counters it stores are the
+calls tests/live/c/aggregate.c makes, and nothing of the exporter is left in the kernel when it ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.aggregate_cli import PROJECT, build, run_workload
+
+pytestmark = pytest.mark.live
+
+PROMETHEUS = "/usr/bin/prometheus"
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory) -> Path:
+    return build(tmp_path_factory.mktemp("export") / "kpt_aggregate_export")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def leftovers(root: Path, name: str) -> list[str]:
+    """What the run named ``name`` (kptui_<pid>) left: its probes and its trace instances."""
+    probes = [line for line in (root / "uprobe_events").read_text().splitlines() if f"{name}/" in line]
+    return probes + [f"instance {n}" for n in os.listdir(root / "instances") if n == name or n.startswith(f"{name}__")]
+
+
+def write_config(path: Path, program: Path, extra: str = "") -> Path:
+    path.write_text(f"""
+[[metric]]
+name = "work_calls"
+help = "calls of work() per comm"
+kind = "count"
+binary = "{program}"
+probe = "work"
+by = ["comm"]
+
+[[metric]]
+name = "work_len"
+kind = "hist"
+binary = "{program}"
+probe = "work"
+value = "len"
+by = ["comm"]
+{extra}""")
+    return path
+
+
+class Exporter:
+    """``kprobe-tui export ARGS`` in a child; ``ready()`` once it serves (or, --once, once its probes run)."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "kprobe_tui", "export", *args], cwd=PROJECT,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.name = f"kptui_{self.proc.pid}"
+        self.said: list[str] = []
+
+    def wait_for(self, words: str, times: int = 1) -> None:
+        while sum(words in line for line in self.said) < times:
+            line = self.proc.stderr.readline()
+            if not line:
+                raise AssertionError(f"export exited {self.proc.wait()} before {words!r}: {self.said}")
+            self.said.append(line.rstrip("\n"))
+
+    def end(self, signum: int | None = signal.SIGTERM) -> tuple[str, str]:
+        if signum is not None and self.proc.poll() is None:
+            self.proc.send_signal(signum)
+        out, err = self.proc.communicate(timeout=120)
+        self.said += err.splitlines()
+        return out, err
+
+
+@pytest.fixture
+def exporters(tracefs_root):
+    """Every exporter of the test is ended, and has left nothing in the kernel."""
+    started: list[Exporter] = []
+    yield started
+    for exporter in started:
+        exporter.end()
+        assert leftovers(tracefs_root, exporter.name) == [], exporter.said
+
+
+def start(exporters: list[Exporter], *args: str) -> Exporter:
+    exporter = Exporter(*args)
+    exporters.append(exporter)
+    return exporter
+
+
+@pytest.fixture
+def prometheus(tmp_path):
+    """A real Prometheus; yields a function that points it at an exporter and returns its query function."""
+    if not os.access(PROMETHEUS, os.X_OK):
+        pytest.skip("Debian's prometheus is not installed")
+    servers: list[subprocess.Popen] = []
+
+    def serve(target: str):
+        port = free_port()
+        config = tmp_path / "prometheus.yml"
+        config.write_text("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
+                          f"  - job_name: kprobe-tui\n    static_configs:\n      - targets: ['{target}']\n")
+        servers.append(subprocess.Popen([PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                                         f"--web.listen-address=127.0.0.1:{port}"],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+        def query(promql: str) -> list[dict]:
+            url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+            with urllib.request.urlopen(url, timeout=10) as answer:
+                return json.load(answer)["data"]["result"]
+
+        return query
+
+    yield serve
+    for server in servers:
+        server.terminate()
+        server.wait(timeout=60)
+
+
+def eventually(query, promql: str, label: str, expected: dict, limit: float = 120) -> dict:
+    """Query until the answer per ``label`` is ``expected`` (Prometheus scrapes once a second)."""
+    deadline, got = time.monotonic() + limit, None
+    while time.monotonic() < deadline:
+        try:
+            got = {series["metric"].get(label): float(series["value"][1]) for series in query(promql)}
+        except OSError:
+            got = "not up yet"
+        if got == expected:
+            return got
+        time.sleep(0.5)
+    raise AssertionError(f"{promql}: {got}, expected {expected}")
+
+
+def test_prometheus_stores_the_calls_per_comm_and_sigterm_leaves_nothing(program, exporters, prometheus, tmp_path,
+                                                                         tracefs_root):
+    port = free_port()
+    exporter = start(exporters, str(write_config(tmp_path / "export.toml", program)), "--listen", f"127.0.0.1:{port}")
+    exporter.wait_for("serving 2 metrics")
+    assert len(leftovers(tracefs_root, exporter.name)) >= 2  # the probes are in the kernel while it serves
+    query = prometheus(f"127.0.0.1:{port}")
+    eventually(query, 'kprobe_tui_export_up{job="kprobe-tui"}', "metric", {"work_calls": 1.0, "work_len": 1.0})
+    for _ in range(2):  # two processes, each 50 calls as kpt-alpha, then 50 as "kpt beta-2"
+        run_workload(program, "values", "100")
+    eventually(query, "work_calls_total", "comm", {"kpt-alpha": 100.0, "kpt beta-2": 100.0})
+    # len is -200..700, 10 calls each per 100: 20 of 100 below 0, 30 at most 63 ([0] and the negatives)
+    eventually(query, 'work_len_bucket{le="-1.0"}', "comm", {"kpt-alpha": 20.0, "kpt beta-2": 20.0})
+    eventually(query, 'work_len_bucket{le="+Inf"}', "comm", {"kpt-alpha": 100.0, "kpt beta-2": 100.0})
+    exporter.end(signal.SIGTERM)
+    assert exporter.proc.returncode == -signal.SIGTERM
+    assert leftovers(tracefs_root, exporter.name) == []
+
+
+@pytest.mark.parametrize("signum, status", [(signal.SIGINT, 0), (signal.SIGHUP, -signal.SIGHUP)])
+def test_sigint_and_sighup_remove_everything(program, exporters, tmp_path, tracefs_root, signum, status):
+    exporter = start(exporters, str(write_config(tmp_path / "export.toml", program)), "--listen", f"127.0.0.1:{free_port()}")
+    exporter.wait_for("serving 2 metrics")
+    exporter.end(signum)
+    assert exporter.proc.returncode == status, exporter.said
+    assert leftovers(tracefs_root, exporter.name) == []
+
+
+def test_once_prints_a_page_promtool_passes(program, exporters, tmp_path, tracefs_root):
+    if shutil.which("promtool") is None:
+        pytest.skip("promtool is not installed (Debian: prometheus)")
+    exporter = start(exporters, str(write_config(tmp_path / "export.toml", program)), "--once", "--duration", "3")
+    exporter.wait_for(" engine: ", times=2)
+    run_workload(program, "values", "100")
+    out, _ = exporter.end(signum=None)
+    assert exporter.proc.returncode == 0, exporter.said
+    assert 'work_calls_total{comm="kpt-alpha"} 50.0' in out and 'work_calls_total{comm="kpt beta-2"} 50.0' in out
+    checked = subprocess.run(["promtool", "check", "metrics"], input=out, capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert leftovers(tracefs_root, exporter.name) == []
+
+
+@pytest.mark.parametrize("extra, said", [
+    ('[[metric]]\nname = "gone"\nkind = "count"\nbinary = "{program}"\nprobe = "no_such_function"\n',
+     "export.toml: metric 'gone': 'no_such_function': no such function"),
+    ('[[metric]]\nname = "broken"\nkind = \n', "not valid TOML: "),
+])
+def test_a_bad_config_leaves_nothing_in_the_kernel(program, exporters, tmp_path, tracefs_root, extra, said):
+    """The first two metrics are good: the third's mistake is found before any probe is made."""
+    config = write_config(tmp_path / "export.toml", program, extra.format(program=program))
+    exporter = start(exporters, str(config), "--listen", f"127.0.0.1:{free_port()}")
+    _, err = exporter.end(signum=None)
+    assert exporter.proc.returncode == 2 and said in err and "internal error" not in err, err
+    assert leftovers(tracefs_root, exporter.name) == []
+
+
+def test_a_port_in_use_leaves_nothing_in_the_kernel(program, exporters, tmp_path, tracefs_root):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        exporter = start(exporters, str(write_config(tmp_path / "export.toml", program)), "--listen", f"127.0.0.1:{port}")
+        _, err = exporter.end(signum=None)
+    assert exporter.proc.returncode == 2 and f"--listen 127.0.0.1:{port}: " in err, err
+    assert leftovers(tracefs_root, exporter.name) == []
