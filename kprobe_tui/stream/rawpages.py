@@ -1,0 +1,169 @@
+"""Read our instance's per-CPU ``trace_pipe_raw``: whole ring-buffer pages, walked into records.
+
+Each CPU records into a buffer of its own; a read of ``per_cpu/cpuN/trace_pipe_raw`` hands over (and
+consumes) one sub-buffer page. The page starts with a header (``events/header_page``): the u64 time of
+its first record, and ``commit``, the bytes of records it holds, with two flags in its high bits: events
+were lost before this page, and their count is stored just after the records. Each record is a 32-bit
+header, ``type_len:5`` then ``time_delta:27`` (nanoseconds since the previous record), and its data
+(kernel/trace/ring_buffer.c): type_len 1..28 is data of type_len*4 bytes, 0 data whose length (plus its
+own 4 bytes) is the next word, 29 padding (a discarded record, or with no delta the end of the page),
+30 a time extend (a delta too big for 27 bits) and 31 an absolute time stamp.
+
+Records come out as ``(ts, cpu, data)``: ``ts`` in seconds rounded to the microsecond, as the text
+prints it (``ns2usecs``), ``data`` the event's record for ``rawformat.EventDecoder.decode``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import errno
+import os
+import struct
+from operator import itemgetter
+
+from kprobe_tui.errors import UserError
+from kprobe_tui.kernel.instance import Instance
+from kprobe_tui.stream.rawformat import FIELD
+
+PAGES_PER_READ = 16  # per CPU and read: the merge's look-ahead (64 KB of records a CPU with 4 KB pages)
+COMMIT_MASK = (1 << 27) - 1  # the bits of commit that hold the length (the flags sit at 30 and 31)
+MISSED_EVENTS = 1 << 31
+MISSED_STORED = 1 << 30
+TS_SHIFT = 27
+TS_MSB = 0xF8 << 56  # the bits of the clock an absolute time stamp leaves out (rb_fix_abs_ts)
+PADDING, TIME_EXTEND, TIME_STAMP = 29, 30, 31
+_WORD = struct.Struct("<I")
+_first = itemgetter(0)
+
+
+class PageLayout:
+    """Where a page's header puts its commit word and its records (``events/header_page``)."""
+
+    def __init__(self, header_page: str) -> None:
+        fields = {match["decl"].split()[-1]: (int(match["offset"]), int(match["size"])) for match in FIELD.finditer(header_page)}
+        if "timestamp" not in fields or "commit" not in fields or "data" not in fields:
+            raise UserError("events/header_page does not describe a page's timestamp, commit and data",
+                            "this kernel's ring buffer is not one this reader knows: use the text reader")
+        commit_offset, commit_size = fields["commit"]
+        self.header = struct.Struct(f"<Q{commit_offset - 8}x{'Q' if commit_size == 8 else 'I'}")
+        self.data = fields["data"][0]
+
+
+class RawPages:
+    """``RawPages(instance)``; ``read()`` -> records of every CPU in time order; ``close()``."""
+
+    def __init__(self, instance: Instance, pages_per_read: int = PAGES_PER_READ) -> None:
+        self.layout = PageLayout(instance.top.read("events/header_page"))
+        subbuf = instance.tracefs.path("buffer_subbuf_size_kb")
+        self.page_size = int(subbuf.read_text()) * 1024 if subbuf.exists() else os.sysconf("SC_PAGE_SIZE")
+        self.pages_per_read = pages_per_read
+        self.missed = 0  # events the kernel lost, as counted on the pages
+        self.missed_uncounted = 0  # pages after a loss the kernel had no room to count
+        self.broken = 0  # pages whose records ran past their commit
+        self._pending: list[tuple[int, int, bytes]] = []  # read, not yet handed over: (ns, cpu, data)
+        self._fds: dict[int, int] = {}
+        per_cpu = instance.tracefs.path("per_cpu")
+        try:
+            for entry in sorted(os.listdir(per_cpu), key=lambda name: int(name[3:]) if name[3:].isdigit() else -1):
+                if entry.startswith("cpu") and entry[3:].isdigit():
+                    self._fds[int(entry[3:])] = os.open(per_cpu / entry / "trace_pipe_raw", os.O_RDONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            self.close()
+            raise UserError(f"cannot read {per_cpu}: {exc.strerror}", "run as root, in a trace instance of this run") from exc
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def read(self) -> list[tuple[float, int, bytes]]:
+        """The records the kernel holds now, every CPU's merged in time order.
+
+        At most ``pages_per_read`` pages of a CPU are read at a time; a CPU that had more may hold
+        records older than another CPU's last ones, so those wait for the next read (as trace_pipe,
+        it does not wait for a CPU that has nothing now).
+        """
+        horizon = None
+        for cpu, fd in self._fds.items():
+            last = self._read_cpu(cpu, fd)
+            if last is not None:
+                horizon = last if horizon is None else min(horizon, last)
+        pending = self._pending
+        pending.sort(key=_first)  # stable: one CPU's records keep their order; runs make it a merge
+        cut = len(pending) if horizon is None else bisect.bisect_right(pending, horizon, key=_first)
+        ready, self._pending = pending[:cut], pending[cut:]
+        return [((ns + 500) // 1000 / 1_000_000, cpu, data) for ns, cpu, data in ready]
+
+    def _read_cpu(self, cpu: int, fd: int) -> int | None:
+        """Reads this CPU's pages into the pending records; the time of its last one when it had more pages."""
+        for _ in range(self.pages_per_read):
+            try:
+                page = os.read(fd, self.page_size)
+            except BlockingIOError:
+                return None
+            except OSError as exc:
+                if exc.errno == errno.ENODEV:  # the CPU went offline
+                    return None
+                raise
+            if not page:
+                return None
+            self._walk(page, cpu)
+        return self._last_ns(cpu)
+
+    def _last_ns(self, cpu: int) -> int | None:
+        for ns, record_cpu, _ in reversed(self._pending):
+            if record_cpu == cpu:
+                return ns
+        return None
+
+    def _walk(self, page: bytes, cpu: int) -> None:
+        """Appends the page's records to the pending ones, and counts what the page says was lost."""
+        ts, commit = self.layout.header.unpack_from(page)
+        start = self.layout.data
+        end = start + (commit & COMMIT_MASK)
+        if end > len(page):
+            self.broken += 1
+            end = len(page)
+        if commit & MISSED_EVENTS:
+            if commit & MISSED_STORED and end + 8 <= len(page):
+                self.missed += struct.unpack_from("<Q", page, end)[0]
+            else:
+                self.missed_uncounted += 1
+        word = _WORD.unpack_from
+        out = self._pending.append
+        at = start
+        while at + 4 <= end:
+            header = word(page, at)[0]
+            type_len, delta = header & 0x1F, header >> 5
+            if type_len <= 28:
+                if type_len:
+                    size, data = type_len * 4, at + 4
+                elif at + 8 <= end:
+                    size, data = word(page, at + 4)[0] - 4, at + 8
+                else:
+                    break
+                if size < 0 or data + size > end:
+                    self.broken += 1
+                    return
+                ts += delta
+                out((ts, cpu, page[data:data + size]))
+                at = data + size
+            elif type_len == PADDING:
+                if delta == 0 or at + 8 > end:
+                    return  # the rest of the page is empty
+                at += 4 + word(page, at + 4)[0]  # a discarded record: its time does not count (rb_update_read_stamp)
+            elif at + 8 > end:
+                break
+            elif type_len == TIME_EXTEND:
+                ts += (word(page, at + 4)[0] << TS_SHIFT) + delta
+                at += 8
+            else:  # TIME_STAMP: the clock itself, less its top bits
+                stamp = (word(page, at + 4)[0] << TS_SHIFT) + delta
+                if ts & TS_MSB:
+                    stamp |= ts & TS_MSB
+                    if stamp < ts:
+                        stamp += 1 << 59
+                ts = stamp
+                at += 8
+        if at != end:
+            self.broken += 1
