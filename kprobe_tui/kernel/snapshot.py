@@ -47,10 +47,12 @@ TRACEFS_FILES = [
 MAX_MEMBER = 64 * MiB
 MAX_TOTAL = 256 * MiB
 MAX_MEMBERS = 10000
-# The members a snapshot is read for, and nothing else (other names are skipped, not unpacked).
+# The members a snapshot is read for, and nothing else (other names are skipped, not unpacked). A BTF
+# file is vmlinux's or a module's, named as the module (MODULE_NAME_LEN: at most 55 characters of
+# [A-Za-z0-9_-]); any other name, one too long for the filesystem included, is not one the kernel gave.
 _MEMBER_NAMES = re.compile(
     r"manifest\.json|tracefs/(?:" + "|".join(map(re.escape, TRACEFS_FILES)) + r"|error_log|instances/\.present)"
-    r"|debugfs/kprobes/blacklist|proc/kallsyms|btf/(?!\.\.?$)[^/\x00]+"
+    r"|debugfs/kprobes/blacklist|proc/kallsyms|btf/[A-Za-z0-9_-]{1,55}", re.ASCII
 )
 _MANIFEST_FIELDS = {"release": str, "captured": str, "missing": list}
 
@@ -227,6 +229,8 @@ def read_manifest(root: Path) -> dict:
         raise CorruptSnapshot(f"it has no {MANIFEST}") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise CorruptSnapshot(f"{MANIFEST} is not JSON ({exc})") from None
+    except RecursionError:  # json's parser recurses per nesting level: [[[[... is a few bytes a level
+        raise CorruptSnapshot(f"{MANIFEST} is nested deeper than Python's JSON reader can follow") from None
     if not isinstance(manifest, dict):
         raise CorruptSnapshot(f"{MANIFEST} holds a {type(manifest).__name__}, not an object")
     for field, kind in _MANIFEST_FIELDS.items():

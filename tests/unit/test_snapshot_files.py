@@ -80,6 +80,12 @@ def test_the_real_snapshot_opens_on_debian_python(tmp_path):
     (b'{"release": "6.1", "captured": "x", "missing": [1]}', ["'missing' holds something other than strings"]),
     (b'{"release": "6.1", ', ["manifest.json is not JSON"]),
     (b'\xff\xfe{}', ["manifest.json is not JSON"]),
+    pytest.param(b"[" * 100_000 + b"]" * 100_000, ["manifest.json is nested deeper than Python's JSON reader can"],
+                 id="nested-lists"),
+    pytest.param(b'{"a":' * 100_000 + b"1" + b"}" * 100_000, ["manifest.json is nested deeper"], id="nested-objects"),
+    pytest.param(b'{"release": ' + b"9" * 5000 + b', "captured": "x", "missing": []}', ["manifest.json is not JSON"],
+                 id="5000-digits"),
+    (b'{"release": 1e999, "captured": "x", "missing": []}', ["'release' is a float, not a str"]),
 ])
 def test_a_malformed_manifest_is_a_clear_error(tmp_path, manifest, words):
     members = fixture_members()
@@ -136,6 +142,21 @@ def test_paths_of_its_own_are_never_written(tmp_path):
     written = sorted(str(path.relative_to(root)) for path in root.rglob("*") if path.is_file())
     assert written == sorted(name for name in fixture_members())
     assert all(stat.S_IMODE(path.stat().st_mode) == 0o600 for path in root.rglob("*") if path.is_file())
+
+
+def test_btf_names_no_module_has_are_skipped(tmp_path):
+    """A module's BTF is named as the module: a name of 300 bytes (more than a filesystem takes: ENAMETOOLONG
+    was an internal error), or of controls and odd bytes, is no module's and is never unpacked."""
+    members = fixture_members()
+    hostile = ["btf/" + "a" * 300, "btf/\x1b]0;title\x07\n", "btf/caf\udce9", "btf/...", "btf/a.b"]
+    archive = archive_of(tmp_path / "odd.tar.gz", {**members, **dict.fromkeys(hostile, b"\x9f\xeb")})
+    result = cli("--snapshot", str(archive), "funcs", "vfs_read")
+    assert result.returncode == 0 and "vfs_read" in result.stdout.split(), result.stderr
+    root = tmp_path / "root"
+    root.mkdir()
+    with open(archive, "rb") as stream:
+        unpack(stream, root)
+    assert sorted(path.name for path in (root / "btf").iterdir()) == sorted(n[4:] for n in members if n.startswith("btf/"))
 
 
 def zero_member_archive(path: Path, name: str, size: int, copies: int = 1) -> Path:
