@@ -173,6 +173,15 @@ def test_sigint_and_sighup_remove_everything(program, exporters, tmp_path, trace
     assert leftovers(tracefs_root, exporter.name) == []
 
 
+def test_cleanup_mends_a_sigkill(program, exporters, tmp_path, tracefs_root):
+    exporter = start(exporters, str(write_config(tmp_path / "export.toml", program)), "--listen", f"127.0.0.1:{free_port()}")
+    exporter.wait_for("serving 2 metrics")
+    exporter.end(signal.SIGKILL)
+    assert leftovers(tracefs_root, exporter.name) != []
+    subprocess.run([sys.executable, "-m", "kprobe_tui", "cleanup"], cwd=PROJECT, check=True, capture_output=True)
+    assert leftovers(tracefs_root, exporter.name) == []
+
+
 def test_once_prints_a_page_promtool_passes(program, exporters, tmp_path, tracefs_root):
     if shutil.which("promtool") is None:
         pytest.skip("promtool is not installed (Debian: prometheus)")
