@@ -12,7 +12,9 @@ live (a TCSS file per theme would need a stylesheet reload and would duplicate t
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from kprobe_tui.files import NoSuchFile, read_regular
 DEFAULT_THEME = "dark"
 NO_COLOR_THEME = "monochrome"
 MAX_CONFIG = 1 << 20  # a few settings: anything bigger is not our file
+_SETTING_KEY = re.compile(r"[A-Za-z0-9_-]+", re.ASCII)  # a bare TOML key: what save writes unquoted
 _PACKAGE = Path(__file__).resolve().parent
 
 
@@ -70,31 +73,46 @@ def config_path() -> Path:
 
 def load(path: Path | None = None) -> tuple[dict, str | None]:
     """The saved settings and what was wrong with them: a missing file is empty, a broken one is
-    ignored with a warning for the user (never a crash)."""
+    ignored with a warning for the user (never a crash), and replaced when a setting is next saved."""
     import tomllib
 
     path = path or config_path()
     try:
-        return tomllib.loads(read_regular(path, "config file", MAX_CONFIG).decode()), None
+        settings = tomllib.loads(read_regular(path, "config file", MAX_CONFIG).decode())
     except NoSuchFile:
         return {}, None
     except UserError as exc:
         return {}, f"ignored the {exc.message}"
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        return {}, f"ignored the config file {path}: {exc}"
+    except (OSError, ValueError) as exc:  # ValueError: not UTF-8, not TOML, an integer of over 4300 digits
+        return {}, f"ignored the config file {path}: it is corrupt ({exc}); fix or delete it"
+    for key, value in settings.items():
+        if not _SETTING_KEY.fullmatch(key) or not _flat(value):
+            return {}, (f"ignored the config file {path}: it is corrupt ({key!r} is not a setting: kprobe-tui "
+                        "writes name = string, number or true/false); fix or delete it")
+    return settings, None
+
+
+def _flat(value) -> bool:
+    """What ``save`` writes back as it was: a TOML date, table or array, or nan, would come back broken."""
+    return isinstance(value, (str, int)) or isinstance(value, float) and math.isfinite(value)
+
+
+def _toml_value(value) -> str:
+    """A string, number or bool in TOML: JSON's spelling, less its one difference (TOML wants DEL escaped;
+    ``ensure_ascii`` would write an emoji as a surrogate pair, which TOML refuses)."""
+    return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 def save(settings: dict, path: Path | None = None) -> None:
     """Write flat string/number/bool settings atomically: a crash mid-write leaves the old file whole."""
     path = path or config_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    # a JSON string, number or bool is also a valid TOML value
     import tempfile
 
-    text = "".join(f"{key} = {json.dumps(value)}\n" for key, value in sorted(settings.items()))
+    text = "".join(f"{key} = {_toml_value(value)}\n" for key, value in sorted(settings.items()))
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".config-", suffix=".toml")
     try:
-        with os.fdopen(fd, "w") as out:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
             out.write(text)
         os.replace(temporary, path)
     except BaseException:

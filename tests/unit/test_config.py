@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from kprobe_tui import config
@@ -82,3 +84,42 @@ def test_choice_order_argument_then_config_then_no_color(tmp_path, monkeypatch):
     assert theme == "monochrome" and "'gone'" in notes[0]
     monkeypatch.setenv("NO_COLOR", "")  # no-color.org: only a non-empty value counts
     assert config.choose_theme(None, tmp_path / "none.toml") == ("dark", [])
+
+
+@pytest.mark.parametrize("text, problem", [
+    pytest.param("when = 1979-05-27\n", "'when' is not a setting", id="date"),  # save could not write it back
+    pytest.param("x = " + "9" * 5000 + "\n", "Exceeds the limit (4300 digits)", id="5000-digit-integer"),
+    pytest.param("[colours]\nfg = 1\n", "'colours' is not a setting", id="table"),  # saved back as JSON: not TOML
+    pytest.param("x = nan\n", "'x' is not a setting", id="nan"),
+    pytest.param('"a b" = 1\n', "'a b' is not a setting", id="quoted-key"),
+    pytest.param("theme = [1, 2]\n", "'theme' is not a setting", id="array"),
+    pytest.param("\xff\xfe\x00garbage", "it is corrupt", id="binary"),
+])
+def test_a_corrupt_config_is_a_warning_and_remembering_replaces_it(tmp_path, text, problem):
+    """Every one of these was an exception out of load or remember (the TUI did not start), or was saved
+    back as a file the next start could not read."""
+    path = tmp_path / "config.toml"
+    path.write_bytes(text.encode("latin-1"))
+    settings, warning = config.load(path)
+    assert settings == {} and f"config file {path}: it is corrupt" in warning and problem in warning
+    assert "fix or delete it" in warning
+    assert config.choose_theme(None, path)[1] == [warning]
+    assert config.remember("theme", "light", path) is None
+    assert config.load(path) == ({"theme": "light"}, None)
+
+
+def test_a_directory_or_fifo_at_the_config_path_is_a_warning_not_a_hang(tmp_path):
+    os.mkdir(tmp_path / "dir.toml")
+    os.mkfifo(tmp_path / "fifo.toml")
+    for name, kind in (("dir.toml", "a directory"), ("fifo.toml", "a FIFO")):
+        settings, warning = config.load(tmp_path / name)
+        assert settings == {} and f"{tmp_path / name}: is {kind}" in warning
+
+
+def test_any_string_is_saved_as_toml_that_reads_back(tmp_path):
+    """JSON's escapes are TOML's but for DEL (TOML wants it escaped) and astral characters (ensure_ascii
+    writes them as surrogate pairs, which TOML refuses): both made the next start ignore the file."""
+    path = tmp_path / "config.toml"
+    text = "".join(chr(code) for code in range(0x2000)) + "\U0001f600 \U0010ffff"
+    config.save({"note": text, "n": -3, "ratio": 1.5, "on": True}, path)
+    assert config.load(path) == ({"note": text, "n": -3, "ratio": 1.5, "on": True}, None)
