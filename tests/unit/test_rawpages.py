@@ -1,0 +1,129 @@
+"""The page walk and the CPU merge of the raw reader, on pages built by hand in a tracefs tree of files.
+
+A regular file read page by page stands in for ``trace_pipe_raw`` (a read at its end returns nothing, as
+an empty buffer does); the records' layout is the kernel's (kernel/trace/ring_buffer.c), for what a short
+live run does not produce on demand: time extends, absolute stamps, discarded records, lost events.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from kprobe_tui.errors import UserError
+from kprobe_tui.kernel.instance import Instance
+from kprobe_tui.kernel.tracefs import Tracefs
+from kprobe_tui.stream.rawpages import MISSED_EVENTS, MISSED_STORED, RawPages
+
+HEADER_PAGE = (  # this machine's events/header_page (6.18, x86-64)
+    "\tfield: u64 timestamp;\toffset:0;\tsize:8;\tsigned:0;\n"
+    "\tfield: local_t commit;\toffset:8;\tsize:8;\tsigned:1;\n"
+    "\tfield: int overwrite;\toffset:8;\tsize:1;\tsigned:1;\n"
+    "\tfield: char data;\toffset:16;\tsize:4080;\tsigned:0;\n"
+)
+PAGE = 4096
+
+
+def data(delta: int, payload: bytes) -> bytes:
+    """A data record: type_len = length/4 (payload padded to 4 bytes as the kernel does)."""
+    payload += b"\0" * (-len(payload) % 4)
+    return struct.pack("<I", (delta << 5) | len(payload) // 4) + payload
+
+
+def big(delta: int, payload: bytes) -> bytes:
+    """A data record with type_len 0: its length (plus the length word's 4 bytes) in array[0]."""
+    return struct.pack("<II", delta << 5, len(payload) + 4) + payload
+
+
+def extend(delta: int) -> bytes:
+    return struct.pack("<II", ((delta & ((1 << 27) - 1)) << 5) | 30, delta >> 27)
+
+
+def stamp(ns: int) -> bytes:
+    return struct.pack("<II", ((ns & ((1 << 27) - 1)) << 5) | 31, ns >> 27)
+
+
+def discarded(delta: int, length: int) -> bytes:
+    return struct.pack("<II", (delta << 5) | 29, length) + b"\0" * (length - 4)
+
+
+def page(ts: int, *records: bytes, flags: int = 0, missed: int | None = None) -> bytes:
+    body = b"".join(records)
+    tail = struct.pack("<Q", missed) if missed is not None else b""
+    return (struct.pack("<QQ", ts, len(body) | flags) + body + tail).ljust(PAGE, b"\0")
+
+
+def reader(tmp_path, cpus: dict[int, list[bytes]], **kwargs) -> RawPages:
+    (tmp_path / "events").mkdir()
+    (tmp_path / "events/header_page").write_text(HEADER_PAGE)
+    for cpu, pages in cpus.items():
+        directory = tmp_path / f"instances/kptui_test/per_cpu/cpu{cpu}"
+        directory.mkdir(parents=True)
+        (directory / "trace_pipe_raw").write_bytes(b"".join(pages))
+    (tmp_path / "instances/kptui_test/buffer_subbuf_size_kb").write_text("4\n")
+    return RawPages(Instance(Tracefs(tmp_path), name="kptui_test"), **kwargs)
+
+
+def read_all(pages: RawPages) -> list[tuple[float, int, bytes]]:
+    out = []
+    while records := pages.read():
+        out += records
+    pages.close()
+    return out
+
+
+def test_times_add_up_through_extends_stamps_and_discarded_records(tmp_path):
+    start = 1_000_000_000_000  # ns: 1000 s
+    cpu0 = page(start,
+                data(0, b"first"),
+                data(1_500, b"second"),  # 1.5 us later: the text rounds to the nearest microsecond
+                extend(3 << 27),  # a delta too big for 27 bits
+                data(499, b"third"),
+                discarded(5_000, 12),  # its delta does not count (rb_update_read_stamp)
+                big(1, b"x" * 200),
+                stamp(start + 5_000_000_000),  # the clock itself
+                data(0, b"last"))
+    records = read_all(reader(tmp_path, {0: [cpu0]}))
+    third = start + 1_500 + (3 << 27) + 499
+    assert [(ts, cpu, record.rstrip(b"\0")) for ts, cpu, record in records] == [
+        (1000.0, 0, b"first"), (1000.000002, 0, b"second"), ((third + 500) // 1000 / 1e6, 0, b"third"),
+        ((third + 1 + 500) // 1000 / 1e6, 0, b"x" * 200), (1005.0, 0, b"last")]
+
+
+def test_lost_events_are_counted_from_the_page_headers(tmp_path):
+    pages = reader(tmp_path, {0: [page(10, data(0, b"a"), flags=MISSED_EVENTS | MISSED_STORED, missed=1234),
+                                  page(20, data(0, b"b"), flags=MISSED_EVENTS)]})
+    assert len(read_all(pages)) == 2
+    assert (pages.missed, pages.missed_uncounted, pages.broken) == (1234, 1, 0)
+
+
+def test_a_record_past_the_commit_ends_the_page_and_is_counted(tmp_path):
+    good, cut = data(0, b"good"), data(5, b"longer than the commit")
+    broken = bytearray(page(10, good, cut))
+    broken[8:16] = struct.pack("<Q", len(good) + 8)  # the commit ends inside the second record
+    pages = reader(tmp_path, {0: [bytes(broken), page(50, data(0, b"next page"))]})
+    assert [record.rstrip(b"\0") for _, _, record in read_all(pages)] == [b"good", b"next page"]
+    assert pages.broken == 1
+
+
+def test_cpus_are_merged_in_time_order_and_a_cpu_with_more_pages_holds_the_others_back(tmp_path):
+    """One page per CPU and read: CPU 0 may have more, so CPU 1's records after CPU 0's last read wait."""
+    cpu0 = [page(10, data(0, b"0a"), data(10, b"0b")), page(250_000, data(0, b"0c"))]
+    cpu1 = [page(200_000, data(0, b"1a"), data(100_000, b"1b"))]
+    pages = reader(tmp_path, {0: cpu0, 1: cpu1}, pages_per_read=1)
+    assert [record[:2] for _, _, record in pages.read()] == [b"0a", b"0b"]
+    rest = read_all(pages)
+    assert [(ts, cpu, record[:2]) for ts, cpu, record in rest] == [(0.0002, 1, b"1a"), (0.00025, 0, b"0c"), (0.0003, 1, b"1b")]
+
+
+def test_a_tie_goes_to_the_lower_cpu_as_in_the_text(tmp_path):
+    pages = reader(tmp_path, {1: [page(5_000, data(0, b"one"))], 0: [page(5_000, data(0, b"zero"))]})
+    assert [cpu for _, cpu, _ in read_all(pages)] == [0, 1]
+
+
+def test_a_kernel_without_the_page_layout_is_a_user_error(tmp_path):
+    (tmp_path / "events").mkdir()
+    (tmp_path / "events/header_page").write_text("\tfield: u64 timestamp;\toffset:0;\tsize:8;\tsigned:0;\n")
+    with pytest.raises(UserError, match="does not describe"):
+        RawPages(Instance(Tracefs(tmp_path), name="kptui_test"))
