@@ -4,7 +4,9 @@ The real server (Debian's ``debuginfod`` package) indexes a directory the test f
 files (``-F``) and tar archives (``-Z .tar``) holding debug files and the sources they name, as a
 distribution's packages do. It listens on an unused port (debuginfod 0.188 has no option to bind
 only 127.0.0.1; the tests reach it at 127.0.0.1). ``ServedFile`` stands in where no real server
-can misbehave on cue: a body cut in the middle, a slow trickle, Range requests.
+can misbehave on cue: a body cut in the middle, a slow trickle, Range requests. ``Hostile`` is a
+server that means harm: an endless body, a huge announced size, headers a byte at a time, a redirect
+elsewhere. Either speaks TLS with ``tls=`` a certificate from ``self_signed``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import http.server
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -96,6 +99,26 @@ class Debuginfod:
         self.stop()
 
 
+def self_signed(directory: Path) -> Path:
+    """A certificate and its key (one PEM file) for 127.0.0.1; clients trust it through SSL_CERT_FILE."""
+    pem = directory / "127.0.0.1.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(pem), "-out", str(directory / "cert.pem")],
+                   check=True, capture_output=True)
+    pem.write_text(pem.read_text() + (directory / "cert.pem").read_text())
+    return pem
+
+
+def _serve(handler: type[http.server.BaseHTTPRequestHandler], tls: Path | None) -> http.server.ThreadingHTTPServer:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    if tls is not None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(tls)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+    return server
+
+
 class ServedFile:
     """One file behind ``/buildid/<id>/debuginfo`` on a loopback HTTP server of the test's own.
 
@@ -106,7 +129,7 @@ class ServedFile:
     """
 
     def __init__(self, data: bytes, build_id: str, *, cut: int = 0, ranges: bool = False, delay: float = 0.0,
-                 chunk: int = 1 << 16, pause_after: int | None = None) -> None:
+                 chunk: int = 1 << 16, pause_after: int | None = None, tls: Path | None = None) -> None:
         self.data, self.build_id, self.cut, self.ranges, self.delay = data, build_id, cut, ranges, delay
         self.chunk, self.pause_after = chunk, pause_after
         self.closing = threading.Event()
@@ -154,13 +177,13 @@ class ServedFile:
             def log_message(self, *args) -> None:
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.scheme = "https" if tls else "http"
+        self.server = _serve(Handler, tls)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        return f"{self.scheme}://127.0.0.1:{self.server.server_address[1]}"
 
     def __enter__(self) -> ServedFile:
         self.thread.start()
@@ -170,3 +193,68 @@ class ServedFile:
         self.closing.set()
         self.server.shutdown()
         self.server.server_close()
+
+
+class Hostile(ServedFile):
+    """A server that answers every request with one kind of harm until it is closed (``closing``):
+
+    ``endless``: 200 and bytes without a Content-Length, ``limit`` of them (far more than a test lets a client take);
+    ``huge``: the same after announcing a Content-Length of 1 TB;
+    ``slow_headers``: a status line, then a header byte every 2 s;
+    ``redirect``: 302 to ``location`` followed by the path asked.
+    Once closed, a slow server finishes at once: a client that waited for it then gets the rest.
+    ``requests`` records each request's path.
+    """
+
+    def __init__(self, kind: str, *, location: str = "", limit: int = 64 << 20, tls: Path | None = None) -> None:
+        self.kind, self.location, self.limit = kind, location, limit
+        self.closing = threading.Event()
+        self.requests: list[str | None] = []
+        hostile = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+                hostile.requests.append(self.path)
+                try:
+                    getattr(self, hostile.kind)()
+                except OSError:
+                    pass  # the client hung up
+                self.close_connection = True
+
+            do_HEAD = do_GET  # noqa: N815
+
+            def endless(self, announced: int | None = None) -> None:
+                self.send_response(200)
+                self.send_header("Connection", "close")
+                if announced is not None:
+                    self.send_header("Content-Length", str(announced))
+                self.end_headers()
+                block = b"\x7fELF" + bytes(1 << 16)
+                for _sent in range(0, hostile.limit, len(block)):
+                    self.wfile.write(block)
+
+            def huge(self) -> None:
+                self.endless(announced=1 << 40)
+
+            def slow_headers(self) -> None:
+                self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+                for byte in b"X-Slow: " + b"x" * 100_000:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    if hostile.closing.wait(2):
+                        return
+
+            def redirect(self) -> None:
+                self.send_response(302)
+                self.send_header("Location", hostile.location + self.path)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.scheme = "https" if tls else "http"
+        self.server = _serve(Handler, tls)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)

@@ -3,11 +3,16 @@
 The server is Debian's ``debuginfod`` on loopback, indexing what the test gives it (debuginfod_servers.py):
 the debug files of stripped programs, dwz's shared file, compressed debug info, and a tar archive
 with the sources of a build whose source tree does not exist here. What cannot be made to
-misbehave on cue (a body cut in the middle, a slow trickle) is a server of the test's own.
+misbehave on cue (a body cut in the middle, a slow trickle) is a server of the test's own, and so
+are the hostile ones: an endless body, a huge announced size, a body or headers a byte at a time,
+a wrong build-id, a redirect elsewhere or down from https to http. Their limits are set small
+through elfutils' variables (DEBUGINFOD_MAXSIZE, DEBUGINFOD_MAXTIME, DEBUGINFOD_TIMEOUT), so no
+test waits for a default.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -22,7 +27,7 @@ from pathlib import Path
 
 import pytest
 from debuginfo_helpers import perf_probe
-from debuginfod_servers import DEBUGINFOD, Debuginfod, ServedFile, unused_port
+from debuginfod_servers import DEBUGINFOD, Debuginfod, Hostile, ServedFile, self_signed, unused_port
 from separate_builds import FLAGS, Builds, build_id, run, strip_to_debuglink
 
 from kprobe_tui.debuginfo import debuginfod, locate
@@ -352,3 +357,223 @@ def test_doctor_without_debuginfod_urls_asks_nobody_and_says_how_to_set_it(paylo
     section = result.stdout.split("Debug info from debuginfod\n", 1)[1]
     assert "[--] servers (DEBUGINFOD_URLS)            not set: no server is asked" in section
     assert "https://debuginfod.debian.net" in section and str(cache) in section
+
+
+@contextlib.contextmanager
+def hang_guard(*servers, seconds: float = 30):
+    """The client before these fixes waited for these servers forever: after ``seconds`` they are closed (a slow one
+    then finishes at once), so a regression fails its test instead of hanging the suite."""
+    timer = threading.Timer(seconds, lambda: [server.closing.set() for server in servers])
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def fails(monkeypatch, *urls: str, source: str | None = None, identity: str = "ab" * 20) -> str:
+    """The message of the UserError fetching ``identity``'s debug info (or ``source``) from ``urls``."""
+    use(monkeypatch, *urls)
+    with pytest.raises(UserError) as error:
+        if source is None:
+            Client().debuginfo(identity)
+        else:
+            Client().source(identity, source)
+    return error.value.message
+
+
+# ---- a hostile server, size: DEBUGINFOD_MAXSIZE ----------------------------------------------------------------
+
+
+def test_an_announced_size_above_the_default_cap_is_refused_before_reading(cache, monkeypatch):
+    """1 TB announced, DEBUGINFOD_MAXSIZE unset: refused on the headers, nothing written."""
+    with Hostile("huge") as server:
+        message = fails(monkeypatch, server.url)
+    assert f"{server.url}/buildid/" in message and "announced 1099.5 GB" in message and "DEBUGINFOD_MAXSIZE" in message
+    assert server.requests == [f"/buildid/{'ab' * 20}/debuginfo"] and leftovers(cache) == []
+
+
+@pytest.mark.parametrize("source", [None, "/usr/src/debug/endless.c"])
+def test_an_endless_body_stops_at_debuginfod_maxsize(cache, monkeypatch, source):
+    """No Content-Length and no end: stopped past DEBUGINFOD_MAXSIZE (1 MB here), not retried, nothing kept."""
+    monkeypatch.setenv("DEBUGINFOD_MAXSIZE", str(1 << 20))
+    with Hostile("endless") as server:
+        message = fails(monkeypatch, server.url, source=source)
+    assert "sent more than DEBUGINFOD_MAXSIZE (1.0 MB)" in message and len(server.requests) == 1
+    assert leftovers(cache) == []
+
+
+def test_the_real_server_is_told_debuginfod_maxsize(builds, cache, monkeypatch, tmp_path):
+    """elfutils sends X-DEBUGINFOD-MAXSIZE; Debian's debuginfod answers 406 for a larger file, and we say why."""
+    shelf = tmp_path / "served"
+    shelf.mkdir()
+    shutil.copy(builds.full, shelf / "prog")
+    identity = build_id(builds.full)
+    with Debuginfod(shelf, tmp_path).start([identity]) as server:
+        monkeypatch.setenv("DEBUGINFOD_MAXSIZE", "1000")
+        message = fails(monkeypatch, server.url, identity=identity)
+    assert f"{server.url}/buildid/{identity}/debuginfo: larger than DEBUGINFOD_MAXSIZE (1.0 kB)" in message
+
+
+def test_a_full_disk_is_not_retried_and_no_other_server_is_asked(payload, tmp_path, monkeypatch):
+    """ENOSPC on a 256 KB tmpfs: our disk, not the server's fault: one request, the next server never asked."""
+    data, identity = payload
+    small = tmp_path / "small"
+    small.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(small)]).returncode:
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        monkeypatch.setenv("DEBUGINFOD_CACHE_PATH", str(small / "cache"))
+        with ServedFile(data * 20, identity) as first, ServedFile(data, identity) as second:
+            message = fails(monkeypatch, first.url, second.url, identity=identity)
+        assert f"cannot write the debug info of build-id {identity} into the debuginfod cache {small / 'cache'}" in message
+        assert "no space left on device" in message
+        assert first.requests == [None] and second.requests == [] and leftovers(small / "cache") == []
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
+
+
+# ---- time: DEBUGINFOD_MAXTIME, DEBUGINFOD_TIMEOUT -------------------------------------------
+
+
+def test_a_body_a_byte_a_second_stops_at_debuginfod_maxtime(payload, cache, monkeypatch):
+    """DEBUGINFOD_TIMEOUT=5 never fires (a byte comes every second): DEBUGINFOD_MAXTIME=2 ends it, named."""
+    data, identity = payload
+    monkeypatch.setenv("DEBUGINFOD_TIMEOUT", "5")
+    monkeypatch.setenv("DEBUGINFOD_MAXTIME", "2")
+    with ServedFile(data, identity, chunk=1, delay=1.0) as server, hang_guard(server):
+        message = fails(monkeypatch, server.url, identity=identity)
+    assert f"{server.url}/buildid/{identity}/debuginfo: took longer than DEBUGINFOD_MAXTIME (2 s)" in message
+    assert f"of {len(data)} bytes arrived" in message and leftovers(cache) == []
+
+
+def test_headers_a_byte_every_two_seconds_stop_at_debuginfod_timeout(cache, monkeypatch):
+    """The answer must be under way within DEBUGINFOD_TIMEOUT: here 3 s, though each byte comes within 2 s."""
+    monkeypatch.setenv("DEBUGINFOD_TIMEOUT", "3")
+    with Hostile("slow_headers") as server, hang_guard(server):
+        message = fails(monkeypatch, server.url)
+    assert f"{server.url}/buildid/{'ab' * 20}/debuginfo: no answer within DEBUGINFOD_TIMEOUT (3 s)" in message
+
+
+def test_doctor_gives_up_on_slow_headers(cache, monkeypatch):
+    """doctor's HEAD request has the same deadline: the report comes, and names the server and the variable."""
+    monkeypatch.setenv("DEBUGINFOD_TIMEOUT", "3")
+    with Hostile("slow_headers") as server, hang_guard(server):
+        use(monkeypatch, server.url)
+        report = "\n".join(debuginfod.setup_report(Client(), "ab" * 20))
+    assert f"no answer within DEBUGINFOD_TIMEOUT (3 s) at {server.url}/buildid/{'ab' * 20}/debuginfo" in report
+
+
+# ---- several servers, redirects ------------------------------------------------------------
+
+
+def test_a_wrong_build_id_from_one_server_does_not_stop_the_search(builds, payload, cache, monkeypatch):
+    data, identity = payload
+    with ServedFile(builds.zlib.read_bytes(), identity) as wrong, ServedFile(data, identity) as right:
+        use(monkeypatch, wrong.url, right.url)
+        client = Client()
+        path = client.debuginfo(identity)
+    assert path.read_bytes() == data and client.downloads[-1][0] == f"{right.url}/buildid/{identity}/debuginfo"
+
+
+def test_when_every_server_fails_each_is_named_with_what_it_did(builds, payload, cache, monkeypatch):
+    data, identity = payload
+    with ServedFile(builds.zlib.read_bytes(), identity) as wrong, ServedFile(data, "cd" * 20) as other:
+        message = fails(monkeypatch, wrong.url, other.url, identity=identity)
+    assert f"{wrong.url}/buildid/{identity}/debuginfo: sent a file with build-id {build_id(builds.zlib)}" in message
+    assert f"{other.url}/buildid/{identity}/debuginfo: not found (404)" in message and leftovers(cache) == []
+
+
+def test_the_note_names_the_server_a_redirect_led_to(builds, payload, cache, monkeypatch, tmp_path):
+    data, identity = payload
+    stripped = tmp_path / "prog"
+    run("objcopy", "--strip-debug", builds.full, stripped)
+    with ServedFile(data, identity) as served, Hostile("redirect", location=served.url) as redirect:
+        use(monkeypatch, redirect.url)
+        note = open_debuginfo(binary=str(stripped)).located.note
+    assert note.startswith(f"downloaded {served.url}/buildid/{identity}/debuginfo (") and redirect.url not in note
+
+
+@pytest.fixture
+def certificate(tmp_path, monkeypatch) -> Path:
+    pem = self_signed(tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", str(pem))
+    return pem
+
+
+def test_a_redirect_from_https_down_to_http_is_refused(payload, cache, monkeypatch, certificate):
+    data, identity = payload
+    with ServedFile(data, identity) as plain, Hostile("redirect", location=plain.url, tls=certificate) as secure:
+        message = fails(monkeypatch, secure.url, identity=identity)
+    assert f"{secure.url}/buildid/{identity}/debuginfo: redirected to {plain.url}/buildid/" in message
+    assert "refused: from https down to http" in message and plain.requests == [] and leftovers(cache) == []
+
+
+def test_a_redirect_from_http_up_to_https_is_followed(payload, cache, monkeypatch, certificate):
+    data, identity = payload
+    with ServedFile(data, identity, tls=certificate) as secure, Hostile("redirect", location=secure.url) as plain:
+        use(monkeypatch, plain.url)
+        client = Client()
+        assert client.debuginfo(identity).read_bytes() == data
+    assert client.downloads[-1][0] == f"{secure.url}/buildid/{identity}/debuginfo"
+
+
+# ---- the cache ---------------------------------------------------------------------------------
+
+
+def test_a_cache_of_another_user_is_refused(payload, cache, monkeypatch):
+    """root with a user's environment (sudo -E): that user's cache is not written, nor read."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the cache to another user")
+    data, identity = payload
+    cache.mkdir(mode=0o700)
+    os.chown(cache, 65534, 65534)
+    with ServedFile(data, identity) as server:
+        use(monkeypatch, server.url)
+        with pytest.raises(UserError) as error:
+            Client().debuginfo(identity)
+        assert Client().cached(identity) is None and server.requests == []
+    assert f"the debuginfod cache {cache} belongs to uid 65534" in error.value.message
+    assert "DEBUGINFOD_CACHE_PATH" in error.value.hint and "sudo" in error.value.hint and leftovers(cache) == []
+
+
+def test_what_the_cache_holds_is_private(payload, cache, monkeypatch):
+    data, identity = payload
+    with ServedFile(data, identity) as server:
+        use(monkeypatch, server.url)
+        path = Client().debuginfo(identity)
+    modes = [oct(os.stat(p).st_mode & 0o777) for p in (cache, path.parent, path)]
+    assert modes == ["0o700", "0o700", "0o400"]
+
+
+def test_a_symlink_planted_in_the_cache_is_not_followed(builds, payload, cache, monkeypatch):
+    """``<build-id>/debuginfo`` a symlink to a file of the same build-id: not trusted, replaced by a download."""
+    data, identity = payload
+    (cache / identity).mkdir(parents=True, mode=0o700)
+    (cache / identity / "debuginfo").symlink_to(builds.full)
+    with ServedFile(data, identity) as server:
+        use(monkeypatch, server.url)
+        path = Client().debuginfo(identity)
+    assert server.requests == [None] and not path.is_symlink() and path.read_bytes() == data
+
+
+def test_a_symlinked_build_id_directory_is_refused(payload, cache, monkeypatch, tmp_path):
+    data, identity = payload
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    cache.mkdir(mode=0o700)
+    (cache / identity).symlink_to(elsewhere)
+    with ServedFile(data, identity) as server:
+        message = fails(monkeypatch, server.url, identity=identity)
+    assert f"{cache / identity} is a symlink" in message and list(elsewhere.iterdir()) == []
+
+
+def test_a_cached_file_with_another_build_id_is_fetched_again(builds, payload, cache, monkeypatch):
+    data, identity = payload
+    (cache / identity).mkdir(parents=True, mode=0o700)
+    (cache / identity / "debuginfo").write_bytes(builds.zlib.read_bytes())
+    assert Client().cached(identity) is None
+    with ServedFile(data, identity) as server:
+        use(monkeypatch, server.url)
+        path = Client().debuginfo(identity)
+    assert server.requests == [None] and path.read_bytes() == data
