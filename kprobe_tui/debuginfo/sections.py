@@ -100,10 +100,13 @@ class DebugSections:
             stream = MappedStream(self.mm, header.sh_offset, header.sh_size)
             # pyelftools reads any stream with read/seek/tell; it names IO[bytes]
             return DebugSectionDescriptor(stream, name, header.sh_offset, header.sh_size, address)  # type: ignore[arg-type]
-        data = bytearray(self._contents(index, header))
-        for rela in self._rela_for.get(index, ()):
-            self._relocate(data, index, rela)
-        return DebugSectionDescriptor(io.BytesIO(bytes(data)), name, header.sh_offset, len(data), address)
+        data = self._contents(index, header)
+        if index in self._rela_for:  # copied to be patched only then: an inflated section is kept once
+            patched = bytearray(data)
+            for rela in self._rela_for[index]:
+                self._relocate(patched, index, rela)
+            data = bytes(patched)
+        return DebugSectionDescriptor(io.BytesIO(data), name, header.sh_offset, len(data), address)
 
     @cached_property
     def _indices(self) -> dict[str, int]:
