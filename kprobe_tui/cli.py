@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import sys
@@ -106,6 +107,18 @@ PERF_COMMANDS = frozenset({"probe"})
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Whatever a command prints reaches the terminal without control characters (textsafe), and a write
+    # that fails (a full disk, a closed pipe) is told apart from the errors of what a command reads.
+    streams = sys.stdout, sys.stderr
+    output = CheckedOutput(PrintableStream(sys.stdout))
+    sys.stdout, sys.stderr = output, PrintableStream(sys.stderr)
+    try:
+        return _reporting_errors(lambda: _run(argv, streams), output)
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def _run(argv: list[str] | None, streams) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     at = command_index(parser, argv)
@@ -116,21 +129,15 @@ def main(argv: list[str] | None = None) -> int:
     else:
         args = parser.parse_args(argv)
     if args.command is None:
+        sys.stdout, sys.stderr = streams  # the TUI draws on the terminal itself
         # Textual repaints one frame period after a change: at its default 60 fps that alone is
         # 16.7 ms, a whole keystroke's budget when filtering 100k names as you type.
         os.environ.setdefault("TEXTUAL_FPS", "120")
         from kprobe_tui.tui.app import run_app
 
-        return _reporting_errors(lambda a: run_app(check_targets(a, TUI_OPTIONS, "the TUI")), args)
-    # Whatever a command prints reaches the terminal without control characters (textsafe).
-    streams = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = PrintableStream(sys.stdout), PrintableStream(sys.stderr)
-    try:
-        module = sys.modules[args.run.__module__]
-        options = getattr(module, "OPTIONS", frozenset())
-        return _reporting_errors(lambda a: args.run(check_targets(a, options, args.command)), args)
-    finally:
-        sys.stdout, sys.stderr = streams
+        return run_app(check_targets(args, TUI_OPTIONS, "the TUI"))
+    module = sys.modules[args.run.__module__]
+    return args.run(check_targets(args, getattr(module, "OPTIONS", frozenset()), args.command))
 
 
 def command_index(parser: argparse.ArgumentParser, argv: list[str]) -> int | None:
@@ -167,17 +174,65 @@ def check_targets(args, accepted: frozenset[str], what: str):
     return args
 
 
-def _reporting_errors(run, args) -> int:
-    """Run a command (or the TUI): a UserError is a message and exit 2, anything else a bug (70)."""
+class OutputFailed(Exception):
+    """Standard output could not be written: what went wrong is the OSError's, not kprobe-tui's."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(error.strerror or str(error))
+        self.errno = error.errno
+
+
+class CheckedOutput:
+    """Standard output whose failed writes and flushes raise ``OutputFailed``: an OSError of a file a
+    command reads is that file's problem (a UserError naming it, or a bug), never "cannot write output"."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except OSError as exc:
+            raise OutputFailed(exc) from exc
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except OSError as exc:
+            raise OutputFailed(exc) from exc
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)  # fileno, isatty, encoding...
+
+
+def _reporting_errors(run, output: CheckedOutput) -> int:
+    """Run a command (or the TUI): a UserError is a message and exit 2, anything else a bug (70).
+
+    Output still buffered is flushed here, where a failure can be reported (argparse's --help exits
+    with its text unflushed): the interpreter's own flush at exit would print a traceback-like
+    "Exception ignored" and exit 120.
+    """
     try:
-        return run(args)
+        try:
+            return run()
+        finally:
+            output.flush()
     except UserError as exc:
         print(f"kprobe-tui: {printable(str(exc), keep=chr(10))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:
-        return 0
+    except OutputFailed as exc:
+        _discard_output(output)
+        if exc.errno == errno.EPIPE:  # the reader has gone (| head): nothing to tell it
+            return 0
+        print(f"kprobe-tui: cannot write output: {exc}\n  hint: send it to a file or pipe that can take it",
+              file=sys.stderr)
+        return 2
     except Exception as exc:
         if os.environ.get("KPROBE_TUI_DEBUG"):
             raise
@@ -187,3 +242,14 @@ def _reporting_errors(run, args) -> int:
             file=sys.stderr,
         )
         return 70
+
+
+def _discard_output(output: CheckedOutput) -> None:
+    """What could not be written goes nowhere: the interpreter flushes stdout again at exit."""
+    try:
+        fd = output.fileno()
+    except (AttributeError, OSError, ValueError):
+        return  # not a file (a test's capture): nothing is flushed at exit
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)

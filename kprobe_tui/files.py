@@ -56,16 +56,39 @@ def open_regular(path: str | Path, what: str) -> io.BufferedReader:
         os.close(fd)
         raise _refuse(what, path, f"is {_kind(mode)}, not a regular file")
     os.set_blocking(fd, True)
-    return os.fdopen(fd, "rb")
+    return io.BufferedReader(_CheckedFile(fd, path, what))
+
+
+class _CheckedFile(io.FileIO):
+    """A file whose failed reads are a UserError naming it. A regular file can still refuse to be read:
+    /proc/self/mem is one (EIO at offset 0), and a disk can fail; every reader of it would otherwise
+    meet a bare OSError deep inside a parser."""
+
+    def __init__(self, fd: int, path: str | Path, what: str) -> None:
+        super().__init__(fd, "rb")
+        self.path, self.what = path, what
+
+    def readinto(self, buffer) -> int | None:
+        try:
+            return super().readinto(buffer)
+        except OSError as exc:
+            raise self._unreadable(exc) from None
+
+    def readall(self) -> bytes:
+        try:
+            return super().readall()
+        except OSError as exc:
+            raise self._unreadable(exc) from None
+
+    def _unreadable(self, exc: OSError) -> UserError:
+        return _refuse(self.what, self.path, f"cannot read it ({exc.strerror or exc})",
+                       f"check that it is the {self.what} you meant")
 
 
 def read_regular(path: str | Path, what: str, limit: int) -> bytes:
     """A regular file's bytes, refused beyond ``limit`` (a /proc file says size 0: the bound is on what is read)."""
     with open_regular(path, what) as stream:
-        try:
-            data = stream.read(limit + 1)
-        except OSError as exc:
-            raise _refuse(what, path, f"cannot read it ({exc.strerror or exc})") from None
+        data = stream.read(limit + 1)
     if len(data) > limit:
         raise _refuse(what, path, f"is larger than {limit // MiB} MiB, more than such a file ever is",
                       f"check that it is the {what} you meant")

@@ -14,9 +14,9 @@ import time
 from kprobe_tui.aggregate.model import Aggregation
 from kprobe_tui.aggregate.offer import ENGINES
 from kprobe_tui.aggregate.run import AggregationRun, Sample
-from kprobe_tui.aggregate.targets import Targets, TargetBuilder
+from kprobe_tui.aggregate.targets import TargetBuilder, Targets
 from kprobe_tui.aggregate.text import render
-from kprobe_tui.errors import UserError
+from kprobe_tui.commands.seconds import check_seconds
 from kprobe_tui.kernel import lifetime, sources
 from kprobe_tui.kernel.events import Events
 from kprobe_tui.textsafe import printable
@@ -40,10 +40,7 @@ def add_common(parser) -> None:
 
 
 def check_times(args) -> None:
-    for name in ("interval", "duration"):
-        value = getattr(args, name)
-        if value is not None and value <= 0:
-            raise UserError(f"--{name} {value}: must be a positive number of seconds")
+    check_seconds(args, "interval", "duration")
 
 
 def builder(args) -> tuple:

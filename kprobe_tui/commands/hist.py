@@ -7,15 +7,19 @@ per key with ``--by``; count, sum, min, max and average beside them.
 
 from __future__ import annotations
 
+import re
+
 from kprobe_tui.aggregate.model import Aggregation, Field, parse_linear
-from kprobe_tui.aggregate.targets import argument_name
+from kprobe_tui.aggregate.targets import Targets, argument_name
 from kprobe_tui.commands.aggregation import OPTIONS as AGGREGATION_OPTIONS
 from kprobe_tui.commands.aggregation import add_common, builder, check_times, run_aggregation
 from kprobe_tui.commands.count import parse_keys
+from kprobe_tui.errors import UserError
 from kprobe_tui.probes.spec import parse_arg
 
-
 OPTIONS = AGGREGATION_OPTIONS
+# The fetch-arg types the kernel prints as a number: integers (decimal or hex) and bitfields.
+NUMERIC_TYPE = re.compile(r"[sux](?:8|16|32|64)|b\d+@\d+/(?:8|16|32|64)", re.ASCII)
 
 
 def add_parser(subparsers) -> None:
@@ -28,6 +32,18 @@ def add_parser(subparsers) -> None:
     parser.set_defaults(run=run)
 
 
+def check_numeric(targets: Targets, value: Field, field: str) -> None:
+    """A histogram sums and buckets its value: the kernel prints a char, string, symbol or array as text,
+    which neither engine can add (the user-space one failed at the first hit)."""
+    captured = targets.arguments.get(value.name)
+    for target in targets.items:
+        for fetch in target.probe.args:
+            if fetch.name == captured and fetch.type is not None and not NUMERIC_TYPE.fullmatch(fetch.type):
+                raise UserError(f"{field}: the value of a histogram must be numeric; {fetch.name} is captured "
+                                f"as {fetch.type}", "give an integer (a variable, member or $argN, or a type such as "
+                                f":s64), or count by it: kprobe-tui count SPEC --by {value.name}")
+
+
 def run(args) -> int:
     check_times(args)
     value = Field(argument_name(parse_arg(args.field)))
@@ -35,4 +51,5 @@ def run(args) -> int:
                               buckets=parse_linear(args.linear) if args.linear else None)
     top, build = builder(args)
     targets = build.histogram(args.spec, args.field, aggregation, args.filter)
+    check_numeric(targets, value, args.field)
     return run_aggregation(args, f"hist {args.spec} {args.field}", aggregation, top, targets)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import math
 import queue
 import sys
 import time
 
+from kprobe_tui.commands.seconds import check_seconds
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import sources
 from kprobe_tui.stream.parser import Event
@@ -79,8 +79,7 @@ def run(args) -> int:
     if not 1 <= args.max_events <= MAX_EVENTS:
         raise UserError(f"--max-events {args.max_events}: must be 1 to {MAX_EVENTS:,}",
                         "the events kept are allocated up front; for more, write them out: --json > FILE")
-    if args.duration is not None and not (math.isfinite(args.duration) and args.duration > 0):
-        raise UserError(f"--duration {args.duration}: must be a positive number of seconds", "e.g. --duration 10")
+    check_seconds(args, "duration")
     tracefs = sources.from_args(args).tracing()
     session = TailSession(tracefs, _targets(tracefs, args), args.max_events, stacktrace=args.stacktrace)
     batches: queue.SimpleQueue = queue.SimpleQueue()
