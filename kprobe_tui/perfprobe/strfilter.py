@@ -14,6 +14,10 @@ from dataclasses import dataclass
 from kprobe_tui.errors import UserError
 
 _SEPARATORS = "|&!()"
+# Parentheses and ! are read recursively (3 frames a level): well inside Python's 1000. Each --filter
+# given after the first adds one level (``or_``).
+MAX_NESTING = 100
+_NEVER = re.compile(r"(?!)")
 
 
 @dataclass(frozen=True)
@@ -34,20 +38,20 @@ class _Not:
 
 @dataclass(frozen=True)
 class _And:
-    left: _Node
-    right: _Node
+    """Terms of a chain of ``&``, kept flat: a thousand-term chain is a loop, not a thousand frames."""
+
+    terms: tuple[_Node, ...]
 
     def matches(self, text: str) -> bool:
-        return self.left.matches(text) and self.right.matches(text)
+        return all(term.matches(text) for term in self.terms)
 
 
 @dataclass(frozen=True)
 class _Or:
-    left: _Node
-    right: _Node
+    terms: tuple[_Node, ...]
 
     def matches(self, text: str) -> bool:
-        return self.left.matches(text) or self.right.matches(text)
+        return any(term.matches(text) for term in self.terms)
 
 
 _Node = _Glob | _Not | _And | _Or
@@ -69,30 +73,73 @@ class StrFilter:
 
 
 def glob_regex(glob: str) -> re.Pattern:
-    """perf's strglobmatch as a regex (case-sensitive, whole string)."""
-    out, i = [], 0
+    """perf's strglobmatch as a regex (case-sensitive, whole string).
+
+    As fnmatch does since Python 3.11, the parts between two ``*`` match at their first place, in an
+    atomic group: perf's backtracking (and a plain ``.*`` per star) takes exponential time on
+    ``*a*a*a...b`` (30 stars against 200 a's ran for minutes)."""
+    parts: list[str | None] = []  # regex pieces; None for a '*'
+    i = 0
     while i < len(glob):
         char = glob[i]
         if char == "*":
-            out.append(".*")
+            parts.append(None)
         elif char == "?":
-            out.append(".")
+            parts.append(".")
         elif char == "\\" and i + 1 < len(glob):
             i += 1
-            out.append(re.escape(glob[i]))
+            parts.append(re.escape(glob[i]))
         elif char == "[":
             end = glob.find("]", i + 2)
-            if end < 0:
-                return re.compile(r"(?!)")  # a broken class never matches (perf: "always returns false")
             body = glob[i + 1 : end]
             negate = body[:1] in ("!", "^")
-            body = body[1:] if negate else body
-            out.append("[" + ("^" if negate else "") + body.replace("\\", "\\\\").replace("[", "\\[") + "]")
+            members = _char_class(body[1:] if negate else body) if end >= 0 else None
+            if members is None:
+                return _NEVER  # a broken class never matches (perf: "always returns false")
+            parts.append("[" + ("^" if negate else "") + members + "]")
             i = end
         else:
-            out.append(re.escape(char))
+            parts.append(re.escape(char))
         i += 1
-    return re.compile("".join(out), re.S)
+    return re.compile("(?s:" + _starred(parts) + r")\Z")
+
+
+def _char_class(body: str) -> str | None:
+    """The inside of a regex class for perf's ``[...]`` body; None when perf's never matches: an empty
+    one, or a range running backwards (``z-a``, an error in perf's __match_charclass)."""
+    if not body:
+        return None
+    members = [re.escape(body[0])]  # the first character is itself, even '-' or ']'
+    k = 1
+    while k < len(body):
+        if body[k] == "-" and k + 1 < len(body):
+            low, high = body[k - 1], body[k + 1]
+            if low > high:
+                return None
+            members.append(f"{re.escape(low)}-{re.escape(high)}")
+            k += 2
+        else:
+            members.append(re.escape(body[k]))
+            k += 1
+    return "".join(members)
+
+
+def _starred(parts: list[str | None]) -> str:
+    """The pieces joined, each run between two stars as ``(?>.*?RUN)``, the last run as ``.*RUN``."""
+    out: list[str] = []
+    i = 0
+    while i < len(parts) and parts[i] is not None:
+        out.append(parts[i] or "")
+        i += 1
+    while i < len(parts):
+        while i < len(parts) and parts[i] is None:
+            i += 1
+        run = []
+        while i < len(parts) and parts[i] is not None:
+            run.append(parts[i] or "")
+            i += 1
+        out.append(f"(?>.*?{''.join(run)})" if i < len(parts) else ".*" + "".join(run))
+    return "".join(out)
 
 
 class _Parser:
@@ -102,6 +149,7 @@ class _Parser:
     def __init__(self, text: str) -> None:
         self.text = text
         self.at = 0
+        self.depth = 0
 
     def _token(self) -> tuple[int, str]:
         text, at = self.text, self.at
@@ -135,29 +183,30 @@ class _Parser:
 
     def _expression(self) -> _Node:
         """OR of ANDs of (NOT)* atoms: perf's tree, read left to right."""
-        root = self._conjunction()
-        while True:
-            column, token = self._peek()
-            if token != "|":
-                return root
+        terms = [self._conjunction()]
+        while self._peek()[1] == "|":
             self._token()
-            root = _Or(root, self._conjunction())
+            terms.append(self._conjunction())
+        return terms[0] if len(terms) == 1 else _Or(tuple(terms))
 
     def _conjunction(self) -> _Node:
-        node = self._negation()
-        while True:
-            _, token = self._peek()
-            if token != "&":
-                return node
+        terms = [self._negation()]
+        while self._peek()[1] == "&":
             self._token()
-            node = _And(node, self._negation())
+            terms.append(self._negation())
+        return terms[0] if len(terms) == 1 else _And(tuple(terms))
 
     def _negation(self) -> _Node:
         column, token = self._token()
-        if token == "!":
-            return _Not(self._negation())
-        if token == "(":
-            node = self._expression()
+        if token in ("!", "("):
+            self.depth += 1
+            if self.depth > MAX_NESTING:
+                raise UserError(f"filter nested more than {MAX_NESTING} deep at {column + 1}: {self.text[:80]!r}",
+                                "write fewer parentheses and ! (or fewer --filter options)")
+            node = self._negation() if token == "!" else self._expression()
+            self.depth -= 1
+            if token == "!":
+                return _Not(node)
             close_column, close = self._token()
             if close != ")":
                 raise self._error(close_column)

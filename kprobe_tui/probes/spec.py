@@ -379,7 +379,10 @@ def parse_spec(
     ``module``: the function is in this kernel module (perf's -m), by its name.
     """
     if isinstance(words, str):
-        words = shlex.split(words)
+        try:
+            words = shlex.split(words)
+        except ValueError as exc:  # "No closing quotation", "No escaped character"
+            raise UserError(f"{words!r}: {exc}", "close the quote, or quote the whole probe in the other kind of quote") from None
     if not words:
         raise UserError("no probe point given", "e.g. kprobe-tui probe 'do_sys_openat2 filename:string'")
     head, *arg_words = words
