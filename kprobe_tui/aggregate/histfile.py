@@ -28,8 +28,11 @@ import re
 from dataclasses import dataclass, field
 
 _ENTRY_HEAD = "{ "
-_VALUE = re.compile(r"([\w.$-]+): +(-?\d+)")
-_TOTAL = re.compile(r"^\s*(Hits|Entries|Dropped): (\d+)\s*$")
+# A number the kernel prints is a u64 (20 digits at most): a longer run of digits is not one of its
+# numbers, and int() refuses more than 4300 digits with a ValueError.
+_NUMBER = r"\d{1,20}(?!\d)"
+_VALUE = re.compile(rf"([\w.$-]+): +(-?{_NUMBER})")
+_TOTAL = re.compile(rf"^\s*(Hits|Entries|Dropped): ({_NUMBER})\s*$")
 _STATE = re.compile(r" \[(active|paused)\]$")
 
 
@@ -92,7 +95,8 @@ def parse_keys(keys_text: str) -> tuple[HistKey, ...]:
         name, _, modifier = item.partition(".")
         size = None
         if modifier.startswith("buckets="):
-            modifier, size = "buckets", int(modifier.split("=", 1)[1])
+            text = modifier.split("=", 1)[1]
+            modifier, size = "buckets", int(text) if re.fullmatch(_NUMBER, text, re.ASCII) else None
         keys.append(HistKey(name, modifier or None, size))
     return tuple(keys)
 
@@ -100,16 +104,16 @@ def parse_keys(keys_text: str) -> tuple[HistKey, ...]:
 def _key_pattern(key: HistKey, strings: frozenset[str]) -> str:
     label = re.escape(key.name) + ": "
     if key.modifier == "execname":
-        return label + r"(?P<comm>.{16})\[ *(?P<pid>\d+)\]"
+        return label + rf"(?P<comm>.{{16}})\[ *(?P<pid>{_NUMBER})\]"
     if key.modifier == "log2":
-        return label + r"~ 2\^(?P<num>\d+) *"
+        return label + rf"~ 2\^(?P<num>{_NUMBER}) *"
     if key.modifier == "buckets":
-        return label + r"~ (?P<num>\d+)-\d+"
+        return label + rf"~ (?P<num>{_NUMBER})-\d+"
     if key.modifier == "hex":
         return label + r"(?P<hex>[0-9a-f]+)"
     if key.modifier in ("sym", "sym-offset", "syscall") or key.name in strings:
         return label + r"(?P<text>.*?) *"
-    return label + r" *(?P<num>\d+)"
+    return label + rf" *(?P<num>{_NUMBER})"
 
 
 def _entry_parser(keys: tuple[HistKey, ...], strings: frozenset[str]):
@@ -117,7 +121,7 @@ def _entry_parser(keys: tuple[HistKey, ...], strings: frozenset[str]):
     for index, key in enumerate(keys):
         # Name the groups per key: the same pattern appears once per key.
         parts.append(re.sub(r"\(\?P<(\w+)>", rf"(?P<\1_{index}>", _key_pattern(key, strings)))
-    pattern = re.compile(r"^\{ " + ", ".join(parts) + r" \} hitcount: +(?P<hitcount>\d+)(?P<rest>.*)$")
+    pattern = re.compile(r"^\{ " + ", ".join(parts) + rf" \}} hitcount: +(?P<hitcount>{_NUMBER})(?P<rest>.*)$")
 
     def parse(line: str) -> HistEntry | None:
         match = pattern.match(line)

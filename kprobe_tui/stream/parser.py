@@ -13,11 +13,12 @@ import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
+# pids and cpus are a few digits: a longer run is no header (and int() refuses more than 4300 digits)
 HEADER = re.compile(
-    r" *(?P<comm>.*?)-(?P<pid>\d+) +(?:\( *(?P<tgid>\d+|-+)\) +)?\[(?P<cpu>\d+)\] +"
+    r" *(?P<comm>.*?)-(?P<pid>\d{1,10}) +(?:\( *(?P<tgid>\d{1,10}|-+)\) +)?\[(?P<cpu>\d{1,10})\] +"
     r"(?:(?P<flags>[^ ]{4,6}) +)?(?P<ts>\d+\.\d+): (?P<event>[^ :]+): ?(?P<body>.*)"
 )
-LOST = re.compile(r"CPU:(?P<cpu>\d+) \[LOST (?P<count>\d+) EVENTS\]")
+LOST = re.compile(r"CPU:(?P<cpu>\d+) \[LOST (?P<count>\d{1,20}) EVENTS\]")
 # One argument: a string runs to the quote that is followed by the next ``name=`` or the end
 # (the kernel does not escape quotes inside strings), an array to its brace, else to a space.
 ARG = re.compile(r"([A-Za-z_][\w.]*)=(\"(?:.*?)\"(?= [A-Za-z_][\w.]*=|$)|\{[^}]*\}|'(?:\\.|[^'])*'|\(fault\)|[^ ]*)", re.S)
