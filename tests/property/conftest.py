@@ -18,9 +18,11 @@ PROFILE = "property"
 # deadline: what one example may take. Every parser here answers in milliseconds; a second (on a busy
 # 2-core CI machine) catches a blow-up (catastrophic backtracking, a runaway loop), not a slow core.
 # database=None: no .hypothesis/ directory in the checkout. print_blob: a failure prints the
-# @reproduce_failure line that replays it exactly.
+# @reproduce_failure line that replays it exactly. A tmp_path shared by the examples of a test is fine:
+# each example writes its file anew.
 settings.register_profile(PROFILE, deadline=timedelta(seconds=1), database=None, print_blob=True,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                                 HealthCheck.function_scoped_fixture])
 
 
 def pytest_configure(config):

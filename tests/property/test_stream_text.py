@@ -51,6 +51,7 @@ def test_filters_parse_evaluate_and_push_down_or_are_refused(text):
 @examples(150)
 @given(mutated_text([FORMAT], ("field:", ";", "size:", "signed:", "offset:", "%d", "%s", '\\"%s\\"', "print fmt:")),
        st.sampled_from(FILTERS))
+@example("\tfield:" + "a" * 16000, FILTERS[1])  # seconds of regex backtracking, once
 def test_push_down_takes_any_format_text(format_text, text):
     node = filterexpr.parse(text)
     kinds, layout = filterexpr.field_kinds(format_text), filterexpr.field_layout(format_text)
