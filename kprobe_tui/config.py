@@ -83,7 +83,8 @@ def load(path: Path | None = None) -> tuple[dict, str | None]:
         return {}, None
     except UserError as exc:
         return {}, f"ignored the {exc.message}"
-    except (OSError, ValueError) as exc:  # ValueError: not UTF-8, not TOML, an integer of over 4300 digits
+    except (OSError, ValueError, RecursionError) as exc:  # not UTF-8, not TOML, an integer of over 4300 digits,
+        # arrays nested past Python's recursion limit (tomllib recurses: "x = [[[[..." 100k deep)
         return {}, f"ignored the config file {path}: it is corrupt ({exc}); fix or delete it"
     for key, value in settings.items():
         if not _SETTING_KEY.fullmatch(key) or not _flat(value):

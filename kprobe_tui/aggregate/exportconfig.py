@@ -102,6 +102,8 @@ def parse(text: str, where: str) -> ExportConfig:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{where}: not valid TOML: {exc}", HINT) from None
+    except (ValueError, RecursionError) as exc:  # an integer of over 4300 digits; arrays nested 100k deep
+        raise UserError(f"{where}: not a CONFIG kprobe-tui can read: {exc or type(exc).__name__}", HINT) from None
     for key in document:
         if key not in _TOP_KEYS:
             raise UserError(f"{where}: unknown key {_shown(key)}", f"the top level has {', '.join(_TOP_KEYS)}; {HINT}")

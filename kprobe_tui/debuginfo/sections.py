@@ -198,6 +198,9 @@ def inflate(raw: bytes, is64: bool, order: str, path: Path, name: str) -> bytes:
     """The contents of an SHF_COMPRESSED section: its Elf_Chdr, then zlib or zstd data.
 
     Never more than the header's size plus one byte is inflated, and never a size above the bound."""
+    if len(raw) < (24 if is64 else 12):
+        raise UserError(f"{path}: section {name} is compressed but shorter than its compression header "
+                        f"({len(raw)} bytes)", "the file is damaged: rebuild or reinstall it")
     if is64:
         kind, _reserved, size, _align = struct.unpack_from(order + "IIQQ", raw)
         body = raw[24:]

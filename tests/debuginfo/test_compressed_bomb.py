@@ -25,7 +25,15 @@ import pytest
 import zstandard
 
 from kprobe_tui.debuginfo.locate import ElfSections
-from kprobe_tui.debuginfo.sections import DEFAULT_MAX_SECTION_MB, ELFCOMPRESS_ZLIB, ELFCOMPRESS_ZSTD, MAX_SECTION_ENV, SHF_COMPRESSED
+from kprobe_tui.debuginfo.sections import (
+    DEFAULT_MAX_SECTION_MB,
+    ELFCOMPRESS_ZLIB,
+    ELFCOMPRESS_ZSTD,
+    MAX_SECTION_ENV,
+    SHF_COMPRESSED,
+    inflate,
+)
+from kprobe_tui.errors import UserError
 
 PROJECT = Path(__file__).resolve().parents[2]
 SOURCE = r"""
@@ -199,3 +207,10 @@ def test_a_bound_that_is_not_a_size_is_refused(program):
     run = lines(compressed_program(program, "zlib"), **{MAX_SECTION_ENV: "lots"})
     assert run.returncode == 2, run.stderr
     assert f"{MAX_SECTION_ENV}='lots' is not a size in MiB" in run.stderr
+
+
+@pytest.mark.parametrize("is64", [True, False])
+def test_a_section_shorter_than_its_compression_header_is_a_damaged_file(is64):
+    """Found by tests/property: a few bytes with the compressed flag raised struct.error (an internal error)."""
+    with pytest.raises(UserError, match="shorter than its compression header"):
+        inflate(b"\x01\x00", is64, "<", Path("tz.o"), ".debug_info")
