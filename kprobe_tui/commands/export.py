@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Iterable
 from types import SimpleNamespace
 
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
@@ -24,6 +25,8 @@ from kprobe_tui.aggregate.run import AggregationRun
 from kprobe_tui.aggregate.targets import Targets
 from kprobe_tui.commands.aggregation import builder
 from kprobe_tui.errors import UserError
+from kprobe_tui.probes.guard import on_output_path
+from kprobe_tui.probes.spec import ProbeSpec
 
 DEFAULT_LISTEN = "127.0.0.1:9435"  # 9435: free in Prometheus' list of default exporter ports
 ONCE_SECONDS = 1.0
@@ -85,12 +88,34 @@ def compile_all(args, config: ExportConfig):
     return top, compiled
 
 
+def own_path_warning(metric: str, specs: Iterable[ProbeSpec]) -> str | None:
+    """The golden rule (never cause, per traced event, an event you trace), said of one metric when it is broken.
+
+    Serving a scrape sends the page over TCP and polls its socket: the feedback guard's output path
+    (probes/guard.py, which knows the terminal's and sshd's half of it too). The runs leave out the
+    threads the exporter has when they start, but prometheus_client answers each scrape in a thread
+    of its own, started later, and the TCP stack's softirq work is done in whoever's name: such a
+    metric counts the exporter's own answers too, more as it is scraped more often.
+    """
+    functions = sorted({spec.function for spec in specs if not spec.is_uprobe and on_output_path(spec.function)})
+    if not functions:
+        return None
+    return (f"{metric}: {', '.join(functions)} {'is' if len(functions) == 1 else 'are'} on the exporter's own path "
+            "(each scrape's answer is sent over TCP from a thread the probes' filter cannot leave out): "
+            "its values include the exporter's own calls, more with each scrape")
+
+
 def run(args) -> int:
     if args.duration is not None and args.duration <= 0:
         raise UserError(f"--duration {args.duration}: must be a positive number of seconds")
     address = None if args.once else parse_listen(args.listen)
     config = exportconfig.load(args.config)
     top, compiled = compile_all(args, config)
+    if address is not None:  # --once serves nothing: its one write of the page is no feedback
+        for metric, targets in compiled:
+            warning = own_path_warning(metric.name, (target.probe.spec for target in targets.items))
+            if warning:
+                _err(f"warning: {warning}")
     registry, server = CollectorRegistry(), None
     if address is not None:  # bound before the probes are made: a port in use leaves the kernel untouched
         try:

@@ -3,6 +3,7 @@ with prometheus_client's parser, and checked by Debian's promtool where it is in
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 
@@ -10,10 +11,13 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from kprobe_tui.aggregate import exportconfig
 from kprobe_tui.aggregate.exposition import OTHER, ExportCollector, ExportedMetric
 from kprobe_tui.aggregate.model import Aggregation, Field, Linear
 from kprobe_tui.aggregate.result import Result, summarize
 from kprobe_tui.aggregate.tally import Tally
+from kprobe_tui.commands.export import own_path_warning
+from kprobe_tui.probes.spec import parse_spec
 
 
 def result(aggregation: Aggregation, cells: dict[tuple, list[int] | int], lost: int = 0) -> Result:
@@ -165,3 +169,26 @@ def test_lost_events_are_counted():
     text = page(aggregation, result(aggregation, {("a",): 1}, lost=12))
     assert samples(text, "kprobe_tui_export_lost_events") == {
         ("kprobe_tui_export_lost_events_total", (("metric", "m"),)): 12.0}
+
+
+def test_a_metric_on_the_exporters_own_tcp_path_is_warned_of_and_a_uprobe_of_the_same_name_is_not():
+    """The golden rule, decided on the specs as the CONFIG gives them (compiling needs kprobes, not here)."""
+    config = exportconfig.parse("""
+[[metric]]
+name = "sends"
+kind = "count"
+probe = ["tcp_sendmsg size", "do_nanosleep"]
+by = ["comm"]
+
+[[metric]]
+name = "lab_sends"
+kind = "count"
+binary = "/bin/true"
+probe = "tcp_sendmsg"
+""", "export.toml")
+    sends, lab_sends = ([parse_spec(shlex.split(spec), binary=metric.binary) for spec in metric.specs]
+                        for metric in config.metrics)
+    warning = own_path_warning("sends", sends)
+    assert warning is not None and warning.startswith("sends: tcp_sendmsg is on the exporter's own path")
+    assert "do_nanosleep" not in warning
+    assert own_path_warning("lab_sends", lab_sends) is None
