@@ -24,8 +24,9 @@ from kprobe_tui.aggregate.result import Result
 from kprobe_tui.aggregate.run import AggregationRun
 from kprobe_tui.aggregate.targets import Targets
 from kprobe_tui.commands.aggregation import builder
+from kprobe_tui.commands.seconds import check_seconds
 from kprobe_tui.errors import UserError
-from kprobe_tui.probes.guard import on_output_path
+from kprobe_tui.probes.guard import NETWORK_PATH, on_output_path
 from kprobe_tui.probes.spec import ProbeSpec
 
 DEFAULT_LISTEN = "127.0.0.1:9435"  # 9435: free in Prometheus' list of default exporter ports
@@ -91,13 +92,15 @@ def compile_all(args, config: ExportConfig):
 def own_path_warning(metric: str, specs: Iterable[ProbeSpec]) -> str | None:
     """The golden rule (never cause, per traced event, an event you trace), said of one metric when it is broken.
 
-    Serving a scrape sends the page over TCP and polls its socket: the feedback guard's output path
-    (probes/guard.py, which knows the terminal's and sshd's half of it too). The runs leave out the
+    Serving a scrape sends the page over TCP and polls its socket: the feedback guard's network path
+    (probes/guard.py; its terminal half, vfs_read and tty writes, is not the server's: sockets are read
+    and written with recv and send). The runs leave out the
     threads the exporter has when they start, but prometheus_client answers each scrape in a thread
     of its own, started later, and the TCP stack's softirq work is done in whoever's name: such a
     metric counts the exporter's own answers too, more as it is scraped more often.
     """
-    functions = sorted({spec.function for spec in specs if not spec.is_uprobe and on_output_path(spec.function)})
+    functions = sorted({spec.function for spec in specs
+                        if not spec.is_uprobe and on_output_path(spec.function, NETWORK_PATH)})
     if not functions:
         return None
     return (f"{metric}: {', '.join(functions)} {'is' if len(functions) == 1 else 'are'} on the exporter's own path "
@@ -106,8 +109,7 @@ def own_path_warning(metric: str, specs: Iterable[ProbeSpec]) -> str | None:
 
 
 def run(args) -> int:
-    if args.duration is not None and args.duration <= 0:
-        raise UserError(f"--duration {args.duration}: must be a positive number of seconds")
+    check_seconds(args, "duration")
     address = None if args.once else parse_listen(args.listen)
     config = exportconfig.load(args.config)
     top, compiled = compile_all(args, config)

@@ -17,19 +17,23 @@ import psutil
 
 from kprobe_tui.probes.spec import ProbeSpec
 
-# Kernel functions our terminal output (and sshd's forwarding of it) passes through.
-OUTPUT_PATH = (
+# Kernel functions a socket's traffic passes through: our output forwarded by sshd, and a server's answers.
+NETWORK_PATH = (
     "tcp_sendmsg*", "tcp_recvmsg*", "tcp_push*", "tcp_write_xmit", "*tcp_transmit_skb", "tcp_rcv_*",
     "tcp_v4_rcv", "tcp_v6_rcv", "tcp_ack*", "tcp_v4_do_rcv", "tcp_data_queue", "ip_queue_xmit",
     "__ip_queue_xmit", "ip_output", "ip_finish_output*", "ip6_xmit", "ip6_output", "ip6_finish_output*",
     "*dev_queue_xmit*", "dev_hard_start_xmit", "netif_receive_skb*", "__netif_receive_skb*", "napi_*",
     "sock_sendmsg", "sock_recvmsg", "sock_write_iter", "sock_read_iter", "__sys_sendto", "__sys_recvfrom",
+    "do_sys_poll", "do_select", "ep_poll", "*_sys_poll*", "*_sys_select", "*_sys_epoll_wait",
+)
+# Kernel functions our terminal output passes through before it reaches a socket.
+TERMINAL_PATH = (
     "tty_write", "file_tty_write", "iterate_tty_write", "n_tty_write", "n_tty_read", "pty_write",
     "tty_insert_flip_string*", "tty_flip_buffer_push", "tty_port_default_receive_buf", "vfs_write",
     "vfs_read", "ksys_write", "ksys_read", "__x64_sys_write", "__x64_sys_read", "do_writev", "vfs_writev",
-    "__x64_sys_writev", "new_sync_write", "do_sys_poll", "do_select", "ep_poll", "*_sys_poll*",
-    "*_sys_select", "*_sys_epoll_wait",
+    "__x64_sys_writev", "new_sync_write",
 )
+OUTPUT_PATH = NETWORK_PATH + TERMINAL_PATH
 
 
 @dataclass
@@ -42,10 +46,11 @@ class GuardAdvice:
     session_filter: str | None = None  # the filter that excludes our SSH connection's sshd
 
 
-def on_output_path(function: str | None) -> bool:
+def on_output_path(function: str | None, path: tuple[str, ...] = OUTPUT_PATH) -> bool:
+    """Whether ``function`` is on ``path`` (by default all of our terminal output's way out)."""
     if not function:
         return False
-    return any(fnmatch.fnmatchcase(function, pattern) for pattern in OUTPUT_PATH)
+    return any(fnmatch.fnmatchcase(function, pattern) for pattern in path)
 
 
 def ssh_session_pids(pid: int | None = None) -> list[int]:

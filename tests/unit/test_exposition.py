@@ -192,3 +192,5 @@ probe = "tcp_sendmsg"
     assert warning is not None and warning.startswith("sends: tcp_sendmsg is on the exporter's own path")
     assert "do_nanosleep" not in warning
     assert own_path_warning("lab_sends", lab_sends) is None
+    # the terminal's half of the guard's path is not the server's (it sends with send, not write)
+    assert own_path_warning("reads", [parse_spec(["vfs_read"]), parse_spec(["tty_write"])]) is None

@@ -53,6 +53,14 @@ def test_durations_and_intervals_must_be_finite_and_positive(command, option, va
     assert result.returncode == 2
 
 
+@pytest.mark.parametrize("value", ["nan", "inf", "0"])
+def test_exports_once_duration_must_be_finite_and_positive(tmp_path, value):
+    """Checked before the CONFIG is read: `export CONFIG --once -d nan` would print its page never."""
+    result = cli("export", str(tmp_path / "none.toml"), "--once", "--duration", value)
+    assert_clean(result, f"--duration {float(value)}: must be a positive number of seconds", "e.g. --duration 10")
+    assert result.returncode == 2
+
+
 # --- a histogram's value is a number ------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
