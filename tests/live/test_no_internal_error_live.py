@@ -10,17 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_no_internal_error import PROJECT, STRUCT_PROGRAM, assert_clean
+from tests.unit.test_no_internal_error import PROJECT, assert_clean, build_struct_program
 
 pytestmark = pytest.mark.live
 
 
 @pytest.fixture(scope="module")
 def struct_program(tmp_path_factory) -> Path:
-    directory = tmp_path_factory.mktemp("struct")
-    (directory / "prog.c").write_text(STRUCT_PROGRAM)
-    subprocess.run(["gcc", "-g", "-O1", "-o", str(directory / "prog"), str(directory / "prog.c")], check=True)
-    return directory / "prog"
+    return build_struct_program(tmp_path_factory)
 
 
 def test_a_histogram_of_a_string_is_refused_and_leaves_nothing(struct_program, tracefs_root):

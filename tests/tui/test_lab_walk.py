@@ -23,15 +23,6 @@ HITS_PER_PASS = 9  # work(3)'s loop line: its start once, the step 3 times, the 
 
 
 @pytest.fixture
-def terminal(tmp_path):
-    if shutil.which("tmux") is None:
-        pytest.skip("tmux is not installed")
-    pane = Terminal(tmp_path)
-    yield pane
-    pane.close()
-
-
-@pytest.fixture
 def lab(tmp_path) -> Path:
     binary = tmp_path / "lab_walk"
     subprocess.run(["gcc", "-O0", "-g", "-o", str(binary), str(LAB)], check=True)

@@ -20,15 +20,6 @@ SNAPSHOT_61 = Path(__file__).parents[1] / "fixtures" / "snapshots" / "debian-6.1
 RESTORED = "0 1 0 0 0 0"  # main screen, cursor shown, no mouse reporting of any kind
 
 
-@pytest.fixture
-def terminal(tmp_path):
-    if shutil.which("tmux") is None:
-        pytest.skip("tmux is not installed")
-    pane = Terminal(tmp_path)
-    yield pane
-    pane.close()
-
-
 def snapshot_copies(tmp_path: Path) -> list[str]:
     return [p.name for p in tmp_path.iterdir() if p.name.startswith("kprobe-tui-snapshot-")]
 

@@ -63,12 +63,16 @@ def test_exports_once_duration_must_be_finite_and_positive(tmp_path, value):
 
 # --- a histogram's value is a number ------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def struct_program(tmp_path_factory) -> Path:
+def build_struct_program(tmp_path_factory) -> Path:
     directory = tmp_path_factory.mktemp("struct")
     (directory / "prog.c").write_text(STRUCT_PROGRAM)
     subprocess.run(["gcc", "-g", "-O1", "-o", str(directory / "prog"), str(directory / "prog.c")], check=True)
     return directory / "prog"
+
+
+@pytest.fixture(scope="module")
+def struct_program(tmp_path_factory) -> Path:
+    return build_struct_program(tmp_path_factory)
 
 
 @pytest.mark.parametrize("field, captured", [("name=r->name:string", "string"), ("r->name:char", "char"),
