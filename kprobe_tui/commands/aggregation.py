@@ -68,15 +68,15 @@ def run_aggregation(args, what: str, aggregation: Aggregation, top, targets: Tar
         _err(f"kprobe-tui: skipped {len(names)} {why}: {printable(_sample_names(names))}")
     run = AggregationRun(top, aggregation, targets, args.filter, args.engine)
     choice = run.start()
+    printed = False
     try:
-        _err(f"kprobe-tui: {what}: {choice.engine} engine: {choice.reason}")
-        if not args.json:
-            _err(f"Tracing {len(targets.items)} probe{'s' if len(targets.items) != 1 else ''}... Hit Ctrl-C to end.")
-        started = time.monotonic()
-        deadline = started + args.duration if args.duration else None
-        tick = started + args.interval if args.interval else None
-        printed = False
-        try:
+        try:  # the announcements inside: a Ctrl-C as soon as they are read still ends with the final table
+            _err(f"kprobe-tui: {what}: {choice.engine} engine: {choice.reason}")
+            if not args.json:
+                _err(f"Tracing {len(targets.items)} probe{'s' if len(targets.items) != 1 else ''}... Hit Ctrl-C to end.")
+            started = time.monotonic()
+            deadline = started + args.duration if args.duration else None
+            tick = started + args.interval if args.interval else None
             while True:
                 wake = min(t for t in (tick, deadline, time.monotonic() + 3600) if t is not None)
                 time.sleep(max(0.0, wake - time.monotonic()))
