@@ -125,7 +125,7 @@ def run(args) -> int:
     finally:
         session.stop()
         lost = session.reader.lost if session.reader else 0
-        garbled = session.reader.parser.counts.garbled if session.reader else 0
+        garbled = session.reader.garbled if session.reader else 0
         if lost or garbled:
             print(f"kprobe-tui: {lost} events lost by the kernel, {garbled} lines unparsed", file=sys.stderr)
     return 0
