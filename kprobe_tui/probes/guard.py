@@ -3,7 +3,9 @@
 Showing an event makes us write to the terminal; over SSH that write goes through the pty, sshd
 and TCP. A probe on that path fires for our own output, which we show, which fires again: a
 flood that can take the connection down. So our own PID is filtered out by default, and over
-SSH a probe on the output path needs confirmation and gets the filter that excludes sshd too.
+SSH a probe on the output path needs confirmation and gets the filter that excludes sshd too. A session
+``kprobe-tui serve`` runs for a browser is the same loop: its screen goes down a pipe to the server,
+whose TCP sends carry it; the server is named in our environment (``SERVED_BY``) and excluded as sshd is.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ TERMINAL_PATH = (
     "__x64_sys_writev", "new_sync_write",
 )
 OUTPUT_PATH = NETWORK_PATH + TERMINAL_PATH
+# A served session's screen: the pipe it writes and the server reads, before the server's TCP sends.
+RELAY_PATH = ("pipe_write", "pipe_read", "anon_pipe_write", "anon_pipe_read")
+# Set by kprobe-tui serve in each session's environment: "<server pid> <the browser's address>".
+SERVED_BY = "KPROBE_TUI_SERVED_BY"
 
 
 @dataclass
@@ -83,17 +89,41 @@ def advise(
     """
     pids = [os.getpid()] if exclude_pids is None else list(exclude_pids)
     advice = GuardAdvice(None)
-    ssh = environ.get("SSH_CONNECTION")
-    if ssh and not spec.is_uprobe and on_output_path(spec.function):
-        client = ":".join(ssh.split()[:2])
-        session = ssh_session_pids()
-        pids += [p for p in session if p not in pids]
-        advice.session_filter = " && ".join(f"common_pid != {pid}" for pid in session) or None
+    relay = _relay(environ)
+    if relay and not spec.is_uprobe and on_output_path(spec.function, relay.path):
+        pids += [p for p in relay.pids if p not in pids]
+        advice.session_filter = " && ".join(f"common_pid != {pid}" for pid in relay.pids) or None
         advice.needs_confirmation = True
         advice.warnings.append(
-            f"{spec.function} is on the path your terminal output takes over SSH (from {client}): each event "
-            "shown causes more events. Filtering by PID excludes sshd and this process, not softirq network work"
+            f"{spec.function} is on the path your terminal output takes {relay.how}: each event "
+            f"shown causes more events. Filtering by PID excludes {relay.who} and this process, not softirq network work"
             + (f"; your session's filter: {advice.session_filter}" if advice.session_filter else "")
         )
     advice.filter = " && ".join(f"common_pid != {pid}" for pid in pids) or None
     return advice
+
+
+@dataclass
+class _Relay:
+    """Who carries our output to the network, in a warning's words, their PIDs and the functions on the way."""
+
+    how: str
+    who: str
+    pids: list[int]
+    path: tuple[str, ...]
+
+
+def _relay(environ: Mapping[str, str]) -> _Relay | None:
+    ssh = environ.get("SSH_CONNECTION")
+    if ssh:
+        return _Relay(f"over SSH (from {':'.join(ssh.split()[:2])})", "sshd", ssh_session_pids(), OUTPUT_PATH)
+    served = environ.get(SERVED_BY, "").split()
+    if len(served) != 2 or not served[0].isdigit():
+        return None
+    # The variable is ours to change: a PID is filtered out only when it is the server above us.
+    try:
+        above = {p.pid for p in psutil.Process(os.getpid()).parents()}
+    except psutil.Error:
+        above = set()
+    server = [int(served[0])] if int(served[0]) in above else []
+    return _Relay(f"to your browser through kprobe-tui serve (to {served[1]})", "the server", server, OUTPUT_PATH + RELAY_PATH)
