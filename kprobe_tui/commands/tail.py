@@ -12,7 +12,7 @@ from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import sources
 from kprobe_tui.stream.parser import Event
 from kprobe_tui.stream.reader import StreamUpdate
-from kprobe_tui.stream.session import TailSession
+from kprobe_tui.stream.session import StudentSession, open_session
 from kprobe_tui.stream.store import DEFAULT_CAPACITY
 from kprobe_tui.textsafe import printable
 
@@ -81,7 +81,7 @@ def run(args) -> int:
                         "the events kept are allocated up front; for more, write them out: --json > FILE")
     check_seconds(args, "duration")
     tracefs = sources.from_args(args).tracing()
-    session = TailSession(tracefs, _targets(tracefs, args), args.max_events, stacktrace=args.stacktrace)
+    session = open_session(tracefs, _targets(tracefs, args), args.max_events, stacktrace=args.stacktrace)
     batches: queue.SimpleQueue = queue.SimpleQueue()
 
     def on_update(update: StreamUpdate) -> None:
@@ -106,6 +106,9 @@ def run(args) -> int:
 
     session.start(on_update, batches.put, filter_text=args.filter or "")
     try:
+        if isinstance(session, StudentSession):
+            print("kprobe-tui: no trace instance here: the events are sampled through perf_event_open, "
+                  "as perf record -a samples them (nothing is written to tracefs)", file=sys.stderr)
         if args.filter:
             print(f"kprobe-tui: filter {session.plan.summary()}", file=sys.stderr)
         deadline = time.monotonic() + args.duration if args.duration else None

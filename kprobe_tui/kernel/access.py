@@ -6,6 +6,11 @@ when the event files are readable, and tail them when a trace instance can be ma
 for the ability they need (``access.can_tail``), never for a mode; lab mode is the name the UI
 gives to "cannot create". The reason is said in plain words, naming the file that stops us
 (``capabilities.denied``).
+
+Which reader a tail gets is ``choose_reader``'s answer: our own trace instance when one can be made;
+else the events sampled through perf_event_open, as ``perf record -e GROUP:EVENT -a`` would for this
+user (kernel/perfevent.py), found by opening one event; else a refusal naming the set-ups an
+administrator can choose, with their commands.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.capabilities import denied
+from kprobe_tui.kernel.perfevent import denied_hint, paranoid, probe_permission
 from kprobe_tui.kernel.sources import KernelSources
 
 # The files a probe is created through, in the order the kernel prefers them.
@@ -88,3 +95,51 @@ def _read_only(create_why: str, tail_why: str, list_why: str) -> Access:
     return Access(can_create=refused(create_why), can_list=refused(list_why) if list_why else ALLOWED,
                   can_tail=refused(tail_why) if tail_why else ALLOWED,
                   can_aggregate=refused(f"an aggregation makes probes of its own, and {create_why}"))
+
+
+@dataclass(frozen=True)
+class Reader:
+    """Which reader a tail gets here and why, in the words the app's title and ``doctor`` use."""
+
+    kind: str  # "instance", "perf", or "" when there is none
+    why: str
+    hint: str = ""  # when there is none: the set-ups an administrator can choose
+
+    @property
+    def label(self) -> str:
+        return {"instance": "trace instance", "perf": "perf_event_open (student reader)"}.get(self.kind, "none")
+
+
+def choose_reader(tracefs: Path) -> Reader:
+    """The reader this user's tail gets: a few stat calls, and for a user without an instance one
+    event opened on one CPU and closed (nothing is written anywhere)."""
+    tail_why = tail_denied(tracefs)
+    if tail_why is None:
+        return Reader("instance", f"{tracefs}/instances is writable: events are recorded in a trace instance of our own")
+    refusal = _follow_refusal(tracefs)
+    if refusal is None:
+        return Reader("perf", f"no trace instance ({tail_why}), but the kernel lets you sample tracepoints system-wide "
+                              f"(kernel.perf_event_paranoid is {paranoid()}): events are read as perf record -a reads them")
+    return Reader("", f"no trace instance ({tail_why}), and no sampling through perf_event_open ({refusal.message})",
+                  refusal.hint or denied_hint())
+
+
+def _follow_refusal(tracefs: Path) -> UserError | None:
+    """Why this user cannot sample the events (None: it can), by opening the first event whose id it can read."""
+    events = tracefs / "events"
+    try:
+        groups = sorted(entry.name for entry in os.scandir(events) if entry.is_dir())
+    except OSError as exc:
+        return UserError(f"cannot read {events}: {exc.strerror}", denied_hint())
+    for group in groups:
+        try:
+            names = sorted(entry.name for entry in os.scandir(events / group) if entry.is_dir())
+        except OSError:
+            continue
+        for name in names:
+            try:  # read, not access(2): that checks the real ids without capabilities (CAP_DAC_READ_SEARCH)
+                (events / group / name / "id").read_bytes()
+            except OSError:
+                continue
+            return probe_permission(events / group / name)
+    return UserError(f"no event's id file under {events} is readable to you", denied_hint())

@@ -1,7 +1,9 @@
 """One live tail: our instance, the chosen events enabled in it, a reader, a store and a filter.
 
 The ``tail`` command and the events screen both drive a ``TailSession``; everything it puts in
-the kernel is removed by ``stop()``, or by ``lifetime.undo`` when the run ends another way.
+the kernel is removed by ``stop()``, or by ``lifetime.undo`` when the run ends another way. A user
+who cannot make an instance may be let sample the events instead (``StudentSession``: perf's way,
+nothing written to tracefs); ``open_session`` gives each user the one it can have.
 """
 
 from __future__ import annotations
@@ -10,12 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kprobe_tui.errors import UserError
-from kprobe_tui.kernel import lifetime
+from kprobe_tui.kernel import access, lifetime
 from kprobe_tui.kernel.instance import Instance, resolve_events
+from kprobe_tui.kernel.perfevent import TracepointSampler, read_event_id
 from kprobe_tui.kernel.tracefs import KernelRefused, Tracefs
 from kprobe_tui.stream import filterexpr
 from kprobe_tui.stream.parser import Event
-from kprobe_tui.stream.reader import StreamReader, StreamUpdate
+from kprobe_tui.stream.perfreader import PerfSource
+from kprobe_tui.stream.reader import EventSource, StreamReader, StreamUpdate
 from kprobe_tui.stream.store import DEFAULT_CAPACITY, EventStore
 
 
@@ -59,22 +63,36 @@ class TailSession:
         """Create the instance, enable the events in it (filtered from the first event), start reading."""
         if filter_text:
             filterexpr.parse(filter_text)  # a bad filter fails before anything is made
-        self.instance.create(self.buffer_kb, {"record-tgid": True, "stacktrace": self.stacktrace})
+        source = self._open()
         try:
-            self.reader = StreamReader(self.instance, self.store, on_update, interval, on_events)
+            self.reader = StreamReader(self.instance, self.store, on_update, interval, on_events, source=source)
             # Undo runs newest first: the reader lets go of trace_pipe before the instance is removed.
             self._reader_undo = lifetime.undo.push("trace_pipe reader", self.reader.stop)
             self.reader.start()
-            # The reader's own reads and stats polls must not come back as events: exclude every
-            # thread we have, the reader's included, before anything is enabled (and in our other runs).
-            self.instance.exclude_our_threads()
+            self._exclude_ourselves()
             if filter_text:
                 self.set_filter(filter_text)
             for group, event in self.targets:
-                self.instance.enable(group, event)
+                self._enable(group, event)
         except BaseException:
-            self.instance.remove()
+            self.stop()
             raise
+
+    def _open(self) -> EventSource | None:
+        """Make what the reader reads (None: the instance's trace_pipe)."""
+        self.instance.create(self.buffer_kb, {"record-tgid": True, "stacktrace": self.stacktrace})
+        return None
+
+    def _exclude_ourselves(self) -> None:
+        # The reader's own reads and stats polls must not come back as events: exclude every
+        # thread we have, the reader's included, before anything is enabled (and in our other runs).
+        self.instance.exclude_our_threads()
+
+    def _enable(self, group: str, event: str) -> None:
+        self.instance.enable(group, event)
+
+    def _disable(self, group: str, event: str) -> None:
+        self.instance.disable(group, event)
 
     def add(self, patterns: list[str]) -> list[tuple[str, str]]:
         """Record more events (``resolve_events`` patterns), under the current filter; returns the new ones."""
@@ -86,7 +104,7 @@ class TailSession:
     def switch(self, group: str, event: str, on: bool) -> None:
         """Start or stop recording one event; the filter in force applies to it from its first event."""
         if not on:
-            self.instance.disable(group, event)
+            self._disable(group, event)
             if (group, event) in self.targets:
                 self.targets.remove((group, event))
             return
@@ -94,7 +112,7 @@ class TailSession:
             self.targets.append((group, event))
         if self.plan.text:
             self.set_filter(self.plan.text)
-        self.instance.enable(group, event)
+        self._enable(group, event)
 
     def stop(self) -> None:
         """Stop reading and remove everything this session made in the kernel."""
@@ -142,7 +160,7 @@ class TailSession:
                 plan.kernel[name] = "(all)"
                 continue
             try:
-                self.instance.set_filter(*by_name[event], kernel_text)
+                self._set_kernel_filter(*by_name[event], kernel_text)
                 plan.kernel[name] = kernel_text
             except KernelRefused as exc:
                 self._clear_kernel_filter(*by_name[event])
@@ -150,6 +168,9 @@ class TailSession:
         self.store.set_filter(filterexpr.compile_filter(node))
         self.plan = plan
         return plan
+
+    def _set_kernel_filter(self, group: str, event: str, expression: str) -> None:
+        self.instance.set_filter(group, event, expression)
 
     def _clear_kernel_filter(self, group: str, event: str) -> None:
         if self.instance.event_exists(group, event):
@@ -163,3 +184,98 @@ class TailSession:
     def set_stacktrace(self, on: bool) -> None:
         self.instance.set_option("stacktrace", on)
         self.stacktrace = on
+
+
+def open_session(top: Tracefs, patterns: list[str], max_events: int = DEFAULT_CAPACITY, stacktrace: bool = False,
+                 store: EventStore | None = None) -> TailSession:
+    """The session this user can have (``access.choose_reader``): a UserError naming the set-ups when none."""
+    if top.writable:  # a snapshot's: TailSession says it cannot be tailed
+        reader = access.choose_reader(top.root)
+        if not reader.kind:
+            raise UserError(f"cannot tail here: {reader.why}", reader.hint)
+        if reader.kind == "perf":
+            return StudentSession(top, patterns, max_events, stacktrace=stacktrace, store=store)
+    return TailSession(top, patterns, max_events, stacktrace=stacktrace, store=store)
+
+
+class StudentSession(TailSession):
+    """A tail for a user who cannot make a trace instance: the events sampled through perf_event_open.
+
+    Nothing is written to tracefs (no instance, no enable, no filter file): the administrator's events
+    are opened as ``perf record -e GROUP:EVENT -a`` opens them, whether or not they are enabled in
+    tracefs (a perf event is the kernel's own registration of the tracepoint, independent of the
+    ``enable`` file), so a student follows exactly the events they name, as with perf. Also as with
+    perf, the event's tracefs ``filter`` (the administrator's) does not apply: the kernel keeps it for
+    tracefs buffers. The filter goes to each perf event (PERF_EVENT_IOC_SET_FILTER). Closing the
+    descriptors is the whole clean-up, which the kernel also does when the process is killed.
+    ``instance`` is never created: it keeps the list of what is followed for the reader's check of
+    deleted events and the app's "is it on".
+    """
+
+    sampler: TracepointSampler
+    source: PerfSource
+
+    def _open(self) -> EventSource | None:
+        if self.stacktrace:
+            raise UserError("--stacktrace needs a trace instance, which you cannot make here",
+                            "tail without --stacktrace, or ask for write access to tracefs/instances")
+        ids = {target: read_event_id(self.top.path(f"events/{target[0]}/{target[1]}")) for target in self.targets}
+        formats = {ident: self.instance.event_format(*target) for target, ident in ids.items()}
+        self.sampler = TracepointSampler({})
+        try:
+            self.source = PerfSource(self.sampler, formats)
+            for (group, event), ident in ids.items():
+                self.sampler.add(f"{group}/{event}", ident)
+        except BaseException:
+            self.sampler.close()
+            raise
+        return self.source
+
+    def _exclude_ourselves(self) -> None:
+        """Our own samples are dropped by the source (a filter on our threads would cost the kernel a test a hit)."""
+
+    def _enable(self, group: str, event: str) -> None:
+        name = f"{group}/{event}"
+        if name not in self.sampler.ids:
+            ident = read_event_id(self.top.path(f"events/{group}/{event}"))
+            self.source.add_format(ident, self.instance.event_format(group, event))
+            self.sampler.add(name, ident)
+        if (group, event) not in self.instance.enabled:
+            self.instance.enabled.append((group, event))
+        if not self.paused:
+            self.sampler.enable()
+
+    def _disable(self, group: str, event: str) -> None:
+        self.sampler.remove(f"{group}/{event}")
+        if (group, event) in self.instance.enabled:
+            self.instance.enabled.remove((group, event))
+
+    def _set_kernel_filter(self, group: str, event: str, expression: str) -> None:
+        name = f"{group}/{event}"
+        if name not in self.sampler.ids:
+            return  # not opened yet: it is filtered when it is (switch sets the filter again)
+        try:
+            self.sampler.set_filter(name, expression)
+        except OSError as exc:
+            raise KernelRefused(f"the kernel refused the filter {expression!r} on {name}: {exc.strerror}") from None
+
+    def _clear_kernel_filter(self, group: str, event: str) -> None:
+        if f"{group}/{event}" in self.sampler.ids:
+            self._set_kernel_filter(group, event, "")
+
+    def stop(self) -> None:
+        super().stop()
+        if self.reader is None or not self.reader.is_alive():
+            self.sampler.close()  # the reader closes it as it ends; never started, it is ours to close
+
+    def pause(self, paused: bool) -> None:
+        """Stop or restart sampling (events meanwhile are not recorded)."""
+        if paused:
+            self.sampler.disable()
+        else:
+            self.sampler.enable()
+        self.paused = paused
+
+    def set_stacktrace(self, on: bool) -> None:
+        raise UserError("stack traces need a trace instance, which you cannot make here",
+                        "ask for write access to tracefs/instances")

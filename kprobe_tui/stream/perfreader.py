@@ -1,0 +1,93 @@
+"""The student's reader: trace events sampled through perf_event_open, as ``StreamReader`` events.
+
+A user who cannot make a trace instance may still be let sample the administrator's events the way
+``perf record -e GROUP:EVENT -a`` does (kernel/perfevent.py). ``PerfSource`` is the ``EventSource``
+a ``StreamReader`` drains for them: each CPU's raw samples decoded by the event's own ``format``
+file (stream/rawformat.py, the very ``Event`` the text reader makes of ``trace_pipe``), the CPUs
+merged in time order, the lost samples counted from PERF_RECORD_LOST. Samples carry no name: a
+process's is known from the PERF_RECORD_COMM of its exec (as perf script knows it); any other is
+left ``<...>`` for the reader's ``CommNames`` (``/proc/<pid>/comm``), as the text reader leaves it.
+The samples of this process are dropped (the golden rule: the reader's own reads never feed it).
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+from operator import attrgetter
+
+from kprobe_tui.kernel.perfevent import TracepointSampler
+from kprobe_tui.stream.comms import REMEMBERED, UNKNOWN_COMM
+from kprobe_tui.stream.parser import Event
+from kprobe_tui.stream.rawformat import EventDecoder, RecordError, compile_format
+from kprobe_tui.stream.reader import SourceBatch
+
+_TIME = attrgetter("ts")
+
+
+class PerfSource:
+    """The ``EventSource`` of a ``TracepointSampler``: opened by the caller (where its UserError can be shown)."""
+
+    path = "the perf_event_open ring buffers"
+
+    def __init__(self, sampler: TracepointSampler, formats: dict[int, str]) -> None:
+        """``formats``: tracepoint id -> its ``format`` text (UserError for one the decoder cannot render)."""
+        self.sampler = sampler
+        self.decoders: dict[int, EventDecoder] = {}
+        for ident, text in formats.items():
+            self.add_format(ident, text)
+        self.comms: dict[int, str] = {}  # tid -> name, from the exec records seen
+        self._garbled = 0
+        self._lost = 0
+        self._ours = os.getpid()
+
+    def add_format(self, ident: int, text: str) -> None:
+        """Decode one more event's records (before its samples come: add it before opening it)."""
+        self.decoders[ident] = compile_format(text)
+
+    @property
+    def garbled(self) -> int:
+        return self._garbled
+
+    def open(self) -> list[int]:
+        return list(self.sampler.ring_fds.values())
+
+    def read(self, deadline: float) -> SourceBatch:
+        """Everything the rings hold (a ring holds at most its pages: no deadline is needed)."""
+        batch = self.sampler.read()
+        self._lost += batch.lost
+        if batch.comms:
+            self.comms.update(batch.comms)
+            if len(self.comms) > REMEMBERED:
+                for tid in list(self.comms)[: len(self.comms) - REMEMBERED]:
+                    del self.comms[tid]
+        per_cpu = [self._decode(samples) for samples in batch.samples if samples]
+        if len(per_cpu) == 1:
+            return SourceBatch(per_cpu[0], b"")
+        return SourceBatch(list(heapq.merge(*per_cpu, key=_TIME)), b"")
+
+    def _decode(self, samples: list) -> list[Event]:
+        events = []
+        decoders, comms, ours = self.decoders, self.comms, self._ours
+        for pid, tid, time_ns, cpu, raw in samples:
+            if pid == ours:
+                continue
+            ts = time_ns / 1e9
+            decoder = decoders.get(int.from_bytes(raw[:2], "little"))
+            try:
+                if decoder is None:
+                    raise RecordError(f"a sample of tracepoint {int.from_bytes(raw[:2], 'little')}, which is not followed")
+                events.append(decoder.decode(raw, ts, cpu, comms.get(tid, UNKNOWN_COMM), pid))
+            except RecordError as exc:
+                self._garbled += 1
+                events.append(Event(ts, cpu, tid, pid, comms.get(tid, UNKNOWN_COMM), "", "", exc.message))
+        return events
+
+    def flush(self) -> list[Event]:
+        return []  # a sample is whole when read: nothing is held back
+
+    def lost(self) -> int:
+        return self._lost
+
+    def close(self) -> None:
+        self.sampler.close()

@@ -1,0 +1,149 @@
+"""The student's tail without root (issue 23): a uid with no instance and no capability of its own but
+read access to tracefs (CAP_DAC_READ_SEARCH, as test_lab_mode models an administrator's chgrp), under
+``kernel.perf_event_paranoid = -1`` (set-up 1 of perf-security.rst). Its ``kprobe-tui tail`` (text and
+JSON) is compared event for event with its own ``perf record -e GROUP:hit -a`` + ``perf script`` on
+the same calls; under the default paranoid level it is told the set-ups and their commands.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kprobe_tui.kernel.perfevent import PARANOID, paranoid
+from tests.conftest import system_user
+
+pytestmark = pytest.mark.live
+
+SOURCE = Path(__file__).parent / "c" / "tail_values.c"
+PROJECT = Path(__file__).parents[2]
+GROUP = f"kpstudent_{os.getpid()}"
+PERF = "/usr/bin/perf"
+CALLS = 7
+# perf script's line for the probe: "tvg  9926 [001] 10850.389091: GROUP:hit: (562af78ef159) n=100 s_string="alpha""
+PERF_LINE = re.compile(r"\s*(?P<comm>.+?)\s+(?P<tid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<time>\d+\.\d+):\s+\S+:hit:\s+"
+                       r"\((?P<site>[0-9a-f]+)\)\s+n=(?P<n>-?\d+)\s+s_string=\"(?P<s>.*)\"$")
+
+
+@pytest.fixture(scope="module")
+def student():
+    with system_user("kpstudent") as ids:
+        yield ids
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """The administrator's probe GROUP:hit, made with ``kprobe-tui probe`` on a program built here; deleted after."""
+    directory = tmp_path_factory.mktemp("student")
+    os.chmod(directory, 0o777)
+    binary = directory / "tvg"
+    subprocess.run(["gcc", "-O0", "-g", "-o", str(binary), str(SOURCE)], check=True)
+    os.chmod(binary, 0o755)
+    made = subprocess.run([sys.executable, "-m", "kprobe_tui", "probe", "-x", str(binary), "-g", GROUP, "hit", "n", "s:string"],
+                          cwd=PROJECT, capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    try:
+        yield directory, binary
+    finally:
+        subprocess.run([sys.executable, "-m", "kprobe_tui", "probe", "-d", f"{GROUP}:*"], cwd=PROJECT, capture_output=True)
+        assert not Path(f"/sys/kernel/tracing/events/{GROUP}").exists()
+
+
+def set_paranoid(level: int) -> None:
+    Path(PARANOID).write_text(f"{level}\n")
+
+
+@pytest.fixture
+def paranoid_minus_one():
+    """Set-up 1 for the test's length; the level before restored also on failure."""
+    before = paranoid()
+    assert before is not None
+    set_paranoid(-1)
+    try:
+        yield
+    finally:
+        set_paranoid(before)
+
+
+def as_student(student, directory: Path, *command: str) -> subprocess.Popen:
+    """``command`` as the student: its uid and group, no other group, CAP_DAC_READ_SEARCH only (ambient)."""
+    return subprocess.Popen(["setpriv", f"--reuid={student[0]}", f"--regid={student[1]}", "--clear-groups",
+                             "--inh-caps=-all,+dac_read_search", "--ambient-caps=+dac_read_search", *command],
+                            cwd=directory, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "HOME": str(directory), "PYTHONPATH": str(PROJECT)})
+
+
+def tail_as_student(student, directory: Path, *args: str) -> subprocess.Popen:
+    child = as_student(student, directory, sys.executable, "-m", "kprobe_tui", "tail", f"{GROUP}:hit", *args)
+    announced = child.stderr.readline()  # once the events are open
+    assert "sampled through perf_event_open" in announced, announced + child.stderr.read()
+    return child
+
+
+def perf_script_events(student, directory: Path, recording: subprocess.Popen) -> list[tuple]:
+    """(time to the us, tid, cpu, n, s) of each sample perf recorded, as perf script prints them.
+
+    The times are the same clock's (perf_clock) but not equal: the kernel stamps each perf event's sample
+    as it writes it, so three readers of one call see times a few microseconds apart (5 us here)."""
+    _, err = recording.communicate(timeout=60)
+    assert recording.returncode == 0, err
+    script = as_student(student, directory, PERF, "script", "-i", str(directory / "perf.data"))
+    out, err = script.communicate(timeout=60)
+    assert script.returncode == 0, err
+    rows = [PERF_LINE.fullmatch(line) for line in out.splitlines()]
+    assert all(rows), out
+    return [(row["time"], int(row["tid"]), int(row["cpu"]), int(row["n"]), row["s"]) for row in rows if row]
+
+
+def test_the_students_tail_is_perf_records_event_for_event(student, lab, paranoid_minus_one):
+    directory, binary = lab
+    text = tail_as_student(student, directory, "--duration", "8")
+    as_json = tail_as_student(student, directory, "--json", "--duration", "8", "--filter", "n >= 102 && comm == \"tvg\"")
+    recording = as_student(student, directory, PERF, "record", "-q", "-e", f"{GROUP}:hit", "-a", "-o",
+                           str(directory / "perf.data"), "--", "sleep", "4")
+    time.sleep(1.5)  # perf record has opened its events (it prints nothing when it has)
+    program = subprocess.run([str(binary), str(CALLS)], capture_output=True, text=True, check=True)
+    oracle = perf_script_events(student, directory, recording)
+    text_out, text_err = text.communicate(timeout=60)
+    json_out, json_err = as_json.communicate(timeout=60)
+    assert text.returncode == 0 and as_json.returncode == 0, text_err + json_err
+    assert len(oracle) == CALLS and [row[3] for row in oracle] == list(range(100, 100 + CALLS))
+    assert [row[4] for row in oracle] == [line.split(" s=")[1].split(" arr=")[0] for line in program.stdout.splitlines()]
+
+    # "10850.389091 [001] tvg-9926 hit: (0x562af78ef159) n=100 s_string="alpha""
+    lines = text_out.splitlines()
+    tail_rows = []
+    for line in lines:
+        stamp, cpu, task, rest = line.split(" ", 3)
+        tid = int(task.rsplit("-", 1)[1])
+        n, s = re.fullmatch(r'hit: \(0x[0-9a-f]+\) n=(-?\d+) s_string="(.*)"', rest).groups()
+        tail_rows.append((stamp, tid, int(cpu.strip("[]")), int(n), s))
+        assert task.rsplit("-", 1)[0] == "tvg"
+    assert [row[1:] for row in tail_rows] == [row[1:] for row in oracle]
+    assert all(abs(float(ours[0]) - float(perfs[0])) < 0.001 for ours, perfs in zip(tail_rows, oracle, strict=True))
+    assert "lost" not in text_err
+
+    records = [json.loads(line) for line in json_out.splitlines()]
+    assert [(r["pid"], r["cpu"], r["args"]["n"], r["args"]["s_string"]) for r in records] == [row[1:] for row in oracle[2:]]
+    assert {r["comm"] for r in records} == {"tvg"} and {r["tgid"] for r in records} == {oracle[0][1]}
+    assert "filter kernel:" in json_err  # n >= 102 went to the perf events; comm stays in the view
+
+
+def test_under_the_default_paranoid_level_the_student_is_told_the_set_ups(student, lab):
+    level = paranoid()
+    if level is None or level < 1:
+        pytest.skip(f"kernel.perf_event_paranoid is {level} here")
+    directory, _ = lab
+    done = as_student(student, directory, sys.executable, "-m", "kprobe_tui", "tail", f"{GROUP}:hit", "--duration", "1")
+    out, err = done.communicate(timeout=60)
+    assert done.returncode == 2 and not out
+    assert f"kernel.perf_event_paranoid is {level}" in err and "needs -1 or CAP_PERFMON" in err, err
+    assert "sudo sysctl kernel.perf_event_paranoid=-1" in err and "sudo setcap cap_perfmon,cap_sys_ptrace,cap_syslog=ep /usr/bin/perf" in err
+    assert "Traceback" not in err
