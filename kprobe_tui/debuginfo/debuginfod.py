@@ -51,6 +51,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kprobe_tui import __version__
+from kprobe_tui.debuginfo.elfsections import ElfSections
+from kprobe_tui.elf import NotElf
 from kprobe_tui.errors import UserError
 
 if TYPE_CHECKING:
@@ -786,9 +788,6 @@ def _http_time(value: str | None) -> float | None:
 
 def _build_id_problem(path: Path, build_id: str) -> str | None:
     """What is wrong with ``path`` as the debug file of ``build_id`` (a download, or a cache hit), or None."""
-    from kprobe_tui.debuginfo.locate import ElfSections
-    from kprobe_tui.elf import NotElf
-
     try:
         found = ElfSections(path).build_id()
     except (NotElf, UserError, OSError) as exc:

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 from kprobe_tui.debuginfo import dwarfinfo as dw
+from kprobe_tui.debuginfo.asking import one_question_at_a_time
 from kprobe_tui.debuginfo.corrupt import reports_corruption
-from kprobe_tui.debuginfo.locate import source_path
-from kprobe_tui.debuginfo.scope import one_question_at_a_time
+from kprobe_tui.debuginfo.locate import default_client, source_path
 from kprobe_tui.errors import UserError
 from kprobe_tui.files import MiB, read_regular
 
@@ -319,8 +319,7 @@ def source_text(info, found: LineRange, debuginfod=None) -> SourceText:
 
 def _fetch_source(info, dwarf_path: str, comp_dir: str | None, debuginfod) -> tuple[str | None, str | None]:
     """(the cached file, None) from debuginfod by the build-id and absolute path, or (None, why not)."""
-    from kprobe_tui.debuginfo.debuginfod import Cancelled
-    from kprobe_tui.debuginfo.locate import default_client
+    from kprobe_tui.debuginfo.debuginfod import Cancelled  # here, not above: the client module costs ~8 ms to import (-X importtime) and most runs never ask it
 
     build_id = info.located.build_id
     path = dwarf_path if dwarf_path.startswith("/") else f"{comp_dir}/{dwarf_path}" if comp_dir else None

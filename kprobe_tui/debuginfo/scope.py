@@ -14,21 +14,22 @@ them into tracefs fetch-args without parsing DWARF again.
 from __future__ import annotations
 
 import fnmatch
-import functools
 import re
 import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from kprobe_tui.blocking import blocking
 from kprobe_tui.debuginfo import dwarfinfo as dw
 from kprobe_tui.debuginfo.aranges import ArangeMap
+from kprobe_tui.debuginfo.asking import one_question_at_a_time
 from kprobe_tui.debuginfo.corrupt import register, reports_corruption
 from kprobe_tui.debuginfo.dwarfopen import open_dwarf
 from kprobe_tui.debuginfo.index import NameIndex, cache_key, file_identity
+from kprobe_tui.debuginfo.lines import line_info, walk_lines
 from kprobe_tui.debuginfo.locate import (
     LocatedDebugInfo,
     find_binary_debuginfo,
@@ -36,6 +37,8 @@ from kprobe_tui.debuginfo.locate import (
     source_path,
 )
 from kprobe_tui.debuginfo.locexpr import LocationList, location_at, location_entries, location_ranges
+from kprobe_tui.debuginfo.modules import find_module_debuginfo
+from kprobe_tui.debuginfo.namescan import units_naming
 from kprobe_tui.debuginfo.symbols import FunctionSymbols
 from kprobe_tui.elf import ElfFile
 from kprobe_tui.errors import UserError
@@ -138,19 +141,7 @@ def _debug_file(info, *_args, **_kwargs):
     return info.located.debug_file
 
 
-F = TypeVar("F", bound=Callable)
 _ASKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # pyelftools DWARFInfo -> its DebugInfo
-
-
-def one_question_at_a_time(function: F) -> F:
-    """An entry point of the engine whose first argument is a DebugInfo: it holds the file's lock."""
-
-    @functools.wraps(function)
-    def asked(info, *args, **kwargs):
-        with info.asking():
-            return function(info, *args, **kwargs)
-
-    return asked  # type: ignore[return-value]
 
 
 def asking_about(die) -> threading.RLock:
@@ -260,8 +251,6 @@ class DebugInfo:
         """Put every unit naming ``name`` in the index, once per name; True when this call did it."""
         if self.index.scanned(name):
             return False
-        from kprobe_tui.debuginfo.namescan import units_naming
-
         self.index.add_scanned(name, units_naming(self.dwarf, name))
         return True
 
@@ -445,8 +434,6 @@ class DebugInfo:
         die_walk_lines walks FUNC's definitions and inlined copies, or with no function every unit
         holding ``file``; an address once, the first line found there. Unlike FUNC:RLN, a line
         sharing its address with another (the function's entry) is kept: perf probes it."""
-        from kprobe_tui.debuginfo.lines import walk_lines
-
         walks: list[tuple[dw.CUData, Any, str | None]] = []
         if function is None:
             for cu in self.dwarf.iter_CUs():  # perf's find_probes: each unit whose line table names the file
@@ -506,8 +493,6 @@ class DebugInfo:
 
     def _check_line_owns(self, unit: dw.CUData, spec: PointSpec, file: str, line: int, address: int) -> None:
         """perf's verify_representive_line: refuse a line whose address maps back to another line."""
-        from kprobe_tui.debuginfo.lines import line_info
-
         back_file, back_line = line_info(self, unit, address)
         if not back_file or not back_line or back_file != file or back_line == line:
             return
@@ -667,8 +652,6 @@ def _matches(die, name: str) -> bool:
 
 def _line_addresses(info: DebugInfo, unit: dw.CUData, file: str | None, line: int) -> list[int]:
     """perf's probe_point_line_walk over the unit: every address a source line starts at."""
-    from kprobe_tui.debuginfo.lines import walk_lines
-
     addresses: list[int] = []
     for fname, lineno, address in walk_lines(info, unit):
         if lineno == line and fname and file and dw.strtailcmp(fname, file) and address not in addresses:
@@ -691,8 +674,6 @@ def open_debuginfo(binary: str | None = None, vmlinux: str | None = None, source
     if binary is not None:
         located = find_binary_debuginfo(binary, debuginfod)
     elif module is not None:
-        from kprobe_tui.debuginfo.modules import find_module_debuginfo
-
         located = find_module_debuginfo(module, debuginfod=debuginfod)
     else:
         located = find_vmlinux(vmlinux, debuginfod=debuginfod)

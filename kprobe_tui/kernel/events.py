@@ -23,10 +23,9 @@ from enum import StrEnum
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import lifetime, registry
+from kprobe_tui.kernel.definition import DEFAULT_PERSISTENT_GROUP, MAX_EVENT_NAME_LEN, ProbeDefinition, unique_name
 from kprobe_tui.kernel.tracefs import KernelRefused, Tracefs
 from kprobe_tui.kernel.triggers import SYNTHETIC_GROUP, remove_run_triggers, scoped_run
-from kprobe_tui.probes.render import unique_name
-from kprobe_tui.probes.spec import DEFAULT_PERSISTENT_GROUP, MAX_EVENT_NAME_LEN, CompiledProbe
 
 
 class Owner(StrEnum):
@@ -188,7 +187,7 @@ class Events:
     def events_in(self, group: str) -> builtins.list[DynamicEvent]:
         return [e for e in self.list() if e.group == group]
 
-    def identical(self, probes: Iterable[CompiledProbe], group: str) -> builtins.list[DynamicEvent]:
+    def identical(self, probes: Iterable[ProbeDefinition], group: str) -> builtins.list[DynamicEvent]:
         """Events of ``group`` that probe the same place and fetch the same arguments as one of ``probes``,
         whatever their names: made again, every hit would be recorded (and counted) twice."""
         wanted = {probe_body(probe.definition()) for probe in probes}
@@ -231,10 +230,10 @@ class Events:
 
     # -- writing -------------------------------------------------------------------------------
 
-    def create(self, probes: Iterable[CompiledProbe], run_scoped: bool = False) -> builtins.list[DynamicEvent]:
+    def create(self, probes: Iterable[ProbeDefinition], run_scoped: bool = False) -> builtins.list[DynamicEvent]:
         """Define probes (all or none); run-scoped ones are removed when this run ends, however it ends.
 
-        Every definition is checked before the first is written (``CompiledProbe.check``), and each
+        Every definition is checked before the first is written (``ProbeDefinition.check``), and each
         goes to the kernel in a write of its own: what fails leaves nothing of this call behind.
         """
         probes = list(probes)
@@ -245,7 +244,7 @@ class Events:
             if not run_scoped and lifetime.is_run_scoped(probe.group):
                 raise UserError(f"{probe.group!r} is a run-scoped group name, removed by cleanup",
                                 "create it in a persistent group, e.g. kprobe_tui")
-        created: list[CompiledProbe] = []
+        created: list[ProbeDefinition] = []
         try:
             for probe in probes:
                 if not self.tracefs.exists(probe.control_file):
@@ -261,8 +260,8 @@ class Events:
                     self._undo_tokens[f"{group}/{event}"] = lifetime.undo.push(
                         f"probe {group}/{event}", functools.partial(self._remove, group, event, rel)
                     )
-                if probe.spec.filter:
-                    self.set_filter(probe.group, probe.event, probe.spec.filter)
+                if probe.filter:
+                    self.set_filter(probe.group, probe.event, probe.filter)
         except UserError as failure:
             for group, event, rel in dict.fromkeys((p.group, p.event, p.control_file) for p in reversed(created)):
                 try:
@@ -274,7 +273,7 @@ class Events:
         made: dict[str, DynamicEvent] = {}  # one per event: a line's addresses are appended to one
         for p in created:
             first = made.get(f"{p.group}/{p.event}")
-            made[f"{p.group}/{p.event}"] = DynamicEvent(p.prefix, p.group, p.event, p.definition(), p.spec.is_uprobe,
+            made[f"{p.group}/{p.event}"] = DynamicEvent(p.prefix, p.group, p.event, p.definition(), p.is_uprobe,
                                                         made=not run_scoped) if first is None \
                 else replace(first, extra=(*first.extra, p.definition()))
         return list(made.values())

@@ -31,7 +31,7 @@ from typing import Literal
 from kprobe_tui.errors import UserError
 from kprobe_tui.files import MiB, NoSuchFile, open_regular, read_regular, write_atomic
 from kprobe_tui.kernel import lifetime
-from kprobe_tui.kernel.sources import KernelSources
+from kprobe_tui.kernel.paths import KernelSources
 
 MANIFEST = "manifest.json"
 TRACEFS_FILES = [

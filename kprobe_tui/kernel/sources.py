@@ -8,48 +8,11 @@ captured copies (``--tracefs DIR`` and friends, or a ``kprobe-tui snapshot`` arc
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from kprobe_tui.errors import UserError
 from kprobe_tui.files import open_regular
-from kprobe_tui.kernel.tracefs import Tracefs
-
-DEFAULT_TRACEFS = Path("/sys/kernel/tracing")
-DEFAULT_DEBUGFS = Path("/sys/kernel/debug")
-DEFAULT_KALLSYMS = Path("/proc/kallsyms")
-DEFAULT_BTF_DIR = Path("/sys/kernel/btf")
-
-
-@dataclass
-class KernelSources:
-    """The files every reader uses; ``live`` is False for captured copies (read-only)."""
-
-    tracefs: Path | None
-    debugfs: Path | None
-    kallsyms: Path
-    btf_dir: Path
-    live: bool = True
-    notes: list[str] = field(default_factory=list)
-    btf_name: str = "vmlinux"  # module BTF files sit beside it, named after their module
-    release: str = field(default_factory=lambda: os.uname().release)
-
-    @property
-    def btf_vmlinux(self) -> Path:
-        return self.btf_dir / self.btf_name
-
-    @property
-    def blacklist(self) -> Path | None:
-        return self.debugfs / "kprobes" / "blacklist" if self.debugfs else None
-
-    def tracing(self) -> Tracefs:
-        """The tracefs to work in, or a UserError saying why there is none."""
-        if self.tracefs is None:
-            raise UserError(
-                "tracefs is not mounted and could not be mounted",
-                "as root: mount -t tracefs nodev /sys/kernel/tracing",
-            )
-        return Tracefs(self.tracefs, writable=self.live)
+from kprobe_tui.kernel.paths import DEFAULT_BTF_DIR, DEFAULT_DEBUGFS, DEFAULT_KALLSYMS, DEFAULT_TRACEFS
+from kprobe_tui.kernel.paths import KernelSources as KernelSources  # where every reader imports it from
 
 
 def _mount_points(mounts_file: Path = Path("/proc/mounts")) -> dict[str, Path]:
@@ -108,7 +71,7 @@ def locate(mount: bool = True) -> KernelSources:
 def from_args(args) -> KernelSources:
     """The sources the command line asks for: a snapshot, explicit copies, or the live kernel."""
     if getattr(args, "snapshot", None):
-        from kprobe_tui.kernel.snapshot import open_snapshot
+        from kprobe_tui.kernel.snapshot import open_snapshot  # only for --snapshot: tarfile, lzma, json stay unloaded
 
         return open_snapshot(Path(args.snapshot))
     overrides = {

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from kprobe_tui.blocking import blocking
 from kprobe_tui.errors import UserError
+from kprobe_tui.kernel.permission import denied
 
 # Files the kernel reads as commands, one per line, '#' starting a comment (trace_parse_run_command).
 COMMAND_FILES = frozenset({"kprobe_events", "uprobe_events", "dynamic_events", "synthetic_events"})
@@ -222,8 +223,6 @@ def _access_error(verb: str, target: Path, exc: OSError, mode: int) -> UserError
     """``cannot read X: you are uid 1000 and /sys/kernel/tracing is root-owned (group root) mode 0700``."""
     reason = exc.strerror or str(exc)
     if exc.errno in (errno.EACCES, errno.EPERM):
-        from kprobe_tui.kernel.capabilities import denied  # imported here: capabilities reads tracefs through us
-
         reason = denied(target, mode) or reason
     return UserError(f"cannot {verb} {target}: {reason}", _access_hint(exc))
 

@@ -11,19 +11,10 @@ import shlex
 from collections.abc import Iterable
 
 from kprobe_tui.errors import UserError
+from kprobe_tui.kernel.definition import MAX_EVENT_NAME_LEN, sanitize
+from kprobe_tui.kernel.definition import unique_name as unique_name  # where the probes' naming finds it
 from kprobe_tui.kernel.lifetime import is_run_scoped
-from kprobe_tui.probes.spec import (
-    MAX_EVENT_NAME_LEN,
-    CompiledProbe,
-    ProbeArg,
-    ProbeSpec,
-)
-
-
-def sanitize(text: str) -> str:
-    """A kernel-acceptable name from any text: ``foo.isra.0`` -> ``foo_isra_0``, ``café`` -> ``caf_``."""
-    name = re.sub(r"[^A-Za-z0-9_]", "_", text)
-    return name if re.match(r"[A-Za-z_]", name) else f"_{name}"
+from kprobe_tui.probes.spec import CompiledProbe, ProbeArg, ProbeSpec
 
 
 def perf_hash(text: str) -> str:
@@ -43,18 +34,6 @@ def shorten(base: str, suffix: str = "") -> str:
         return base + suffix
     keep = min(46, MAX_EVENT_NAME_LEN - len(suffix) - 9)
     return f"{base[:keep]}_{perf_hash(base)}{suffix}"
-
-
-def unique_name(base: str, taken: Iterable[str], limit: int) -> str:
-    """``base`` cut to ``limit`` chars, with ``_1``, ``_2``... when already taken (as perf does)."""
-    taken = set(taken)
-    name = sanitize(base)[:limit]
-    number = 0
-    while name in taken:
-        number += 1
-        suffix = f"_{number}"
-        name = sanitize(base)[: limit - len(suffix)] + suffix
-    return name
 
 
 def default_event_name(spec: ProbeSpec, line: int | None = None, function: str | None = None) -> str:

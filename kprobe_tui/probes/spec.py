@@ -21,6 +21,8 @@ from typing import Literal
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import lifetime
+from kprobe_tui.kernel.definition import DEFAULT_PERSISTENT_GROUP as DEFAULT_PERSISTENT_GROUP  # the spec's too
+from kprobe_tui.kernel.definition import MAX_EVENT_NAME_LEN as MAX_EVENT_NAME_LEN  # the spec's too
 from kprobe_tui.kernel.tracefs import (
     KERNEL_SPACE_BYTE,
     MAX_COMMAND_LINE,
@@ -29,16 +31,12 @@ from kprobe_tui.kernel.tracefs import (
     describe_character,
 )
 
-# Kernel limits. Event and group names: the kernel's MAX_EVENT_NAME_LEN is 64 bytes with the NUL;
-# traceprobe_parse_event_name refuses an event of len >= 64 and a group of len + 1 > 64, so 63
-# characters at most (kernel/trace/trace.h and trace_probe.c, the same in 6.1 and 6.12; measured
-# in tests/kernel/test_untrusted_guest.py). Argument names: refused when len > MAX_ARG_NAME_LEN.
-MAX_EVENT_NAME_LEN = 63
+# Kernel limits (event and group names: kernel/definition.py). Argument names: refused when
+# len > MAX_ARG_NAME_LEN.
 MAX_ARG_NAME_LEN = 32
 MAX_TRACE_ARGS = 128
 MAX_FETCH_DEPTH = 8  # nested +OFF(...) dereferences we accept; the kernel has 16 fetch operations in all
 
-DEFAULT_PERSISTENT_GROUP = "kprobe_tui"
 PERF_DIALECT = "perf"
 
 LOCALS_GONE = "local variables are gone when the function returns"
@@ -494,6 +492,14 @@ class CompiledProbe:
         if self.spec.kind == "fprobe":
             return "f"
         return "r" if self.spec.is_return else "p"
+
+    @property
+    def filter(self) -> str | None:
+        return self.spec.filter
+
+    @property
+    def is_uprobe(self) -> bool:
+        return self.spec.is_uprobe
 
     def definition(self) -> str:
         """The line written to tracefs (kprobetrace.rst / uprobetracer.rst / fprobetrace.rst)."""
