@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import repeat
 from operator import floordiv, sub
@@ -19,6 +20,8 @@ from kprobe_tui.stream.filterexpr import split_transform, swap_bytes
 
 # Keys every event has; any other key names an argument the probe captures.
 HEADER_KEYS = ("comm", "pid", "probe")
+# A latency is measured at the return, where the call's arguments are gone: only the caller keys it.
+LATENCY_KEYS = ("comm", "pid")
 # The kernel's compound keys (TRACING_MAP_KEYS_MAX); the user-space engine keeps the same limit.
 MAX_KEYS = 3
 # More buckets than this is not a picture anyone reads (and not a table the kernel should keep).
@@ -57,6 +60,14 @@ def parse_field(text: str, what: str = "key") -> Field:
     if transform and name in HEADER_KEYS:
         raise UserError(f"{text!r}: {name} is not in network byte order", f"use {name} without {transform}()")
     return Field(name, transform)
+
+
+def keys_offered(kind: str, fields: Iterable[str] = (), several_probes: bool = False) -> list[str]:
+    """What an aggregation of ``kind`` can be keyed by, in the order a view offers them: the header keys
+    (``probe`` only where several probes feed one table), then the probe's captured ``fields``."""
+    if kind == "latency":
+        return list(LATENCY_KEYS)
+    return [*(key for key in HEADER_KEYS if key != "probe" or several_probes), *fields]
 
 
 @dataclass(frozen=True)
@@ -182,7 +193,7 @@ class Aggregation:
                 raise UserError(f"{self.value.name!r}: not a numeric argument", "histograms are of captured values, e.g. len")
         if self.kind == "latency" and self.unit not in UNITS:
             raise UserError(f"--unit {self.unit}: one of {', '.join(UNITS)}")
-        if self.kind == "latency" and any(key.name not in ("comm", "pid") for key in self.keys):
+        if self.kind == "latency" and any(key.name not in LATENCY_KEYS for key in self.keys):
             raise UserError("latency is keyed by comm or pid", "the return of a call has no arguments to key it by")
         if self.top is not None and self.top < 1:
             raise UserError(f"--top {self.top}: must be at least 1")

@@ -18,6 +18,9 @@ from pathlib import Path
 
 from kprobe_tui.aggregate.model import Aggregation
 from kprobe_tui.errors import UserError
+from kprobe_tui.kernel import lifetime
+from kprobe_tui.kernel.events import Events
+from kprobe_tui.kernel.tracefs import Tracefs
 from kprobe_tui.probes.compile import compile_spec, running_kernel_vmlinux
 from kprobe_tui.probes.pipeline import check_kernel_function
 from kprobe_tui.probes.render import default_arg_name
@@ -106,6 +109,15 @@ def _words(spec_text: str) -> list[str]:
     if not words:
         raise UserError("an empty SPEC", "e.g. 'tcp_sendmsg size' or 'vfs_*'")
     return words
+
+
+def run_builder(kernel, binary: str | None = None, max_probes: int = DEFAULT_MAX_PROBES) -> tuple[Tracefs, TargetBuilder]:
+    """This run's tracefs and the builder of its targets (in this run's group, the names already there
+    taken): the one way ``count``, ``hist``, ``latency`` and the statistics view start."""
+    top = kernel.tracing()
+    group = lifetime.run_name()
+    return top, TargetBuilder(kernel, top.read("README") if top.exists("README") else "", group, binary=binary,
+                              max_probes=max_probes, taken=[event.event for event in Events(top).events_in(group)])
 
 
 class TargetBuilder:

@@ -14,11 +14,11 @@ import time
 from kprobe_tui.aggregate.model import Aggregation
 from kprobe_tui.aggregate.offer import ENGINES
 from kprobe_tui.aggregate.run import AggregationRun, Sample
-from kprobe_tui.aggregate.targets import TargetBuilder, Targets
+from kprobe_tui.aggregate.targets import DEFAULT_MAX_PROBES, TargetBuilder, Targets, run_builder
 from kprobe_tui.aggregate.text import render
 from kprobe_tui.commands.seconds import check_seconds
-from kprobe_tui.kernel import lifetime, sources
-from kprobe_tui.kernel.events import Events
+from kprobe_tui.kernel import sources
+from kprobe_tui.kernel.tracefs import Tracefs
 from kprobe_tui.textsafe import printable
 
 ENGINE_HELP = ("where to aggregate: kernel (hist triggers, synthetic events, kprobe_profile: user space reads "
@@ -43,13 +43,8 @@ def check_times(args) -> None:
     check_seconds(args, "interval", "duration")
 
 
-def builder(args) -> tuple:
-    kernel = sources.from_args(args)
-    top = kernel.tracing()
-    readme = top.read("README") if top.exists("README") else ""
-    return top, TargetBuilder(kernel, readme, lifetime.run_name(), binary=args.binary,
-                              max_probes=getattr(args, "max_probes", None) or 1000,
-                              taken=[e.event for e in Events(top).events_in(lifetime.run_name())])
+def builder(args) -> tuple[Tracefs, TargetBuilder]:
+    return run_builder(sources.from_args(args), args.binary, getattr(args, "max_probes", None) or DEFAULT_MAX_PROBES)
 
 
 def _out(text: str) -> None:
