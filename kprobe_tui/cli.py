@@ -14,7 +14,7 @@ from kprobe_tui.textsafe import PrintableStream, printable
 
 # Each name is a module in kprobe_tui.commands with ``add_parser(subparsers)`` and ``run(args) -> int``.
 COMMANDS = ["funcs", "doctor", "snapshot", "lines", "vars", "tail", "count", "hist", "latency", "probe", "list",
-            "delete", "cleanup", "export"]
+            "delete", "cleanup", "export", "serve"]
 # The command name a module registers, where it is not the module's name.
 COMMAND_NAMES = {"delete": "del"}
 

@@ -1,0 +1,1 @@
+"""``kprobe-tui serve``: the TUI in a browser, one session per authenticated student, as that student's Unix user."""
