@@ -3,6 +3,8 @@ and the TUI's doctor screen."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from kprobe_tui.kernel import capabilities
 from kprobe_tui.kernel.sources import KernelSources
 
@@ -13,12 +15,26 @@ def report(found: KernelSources, binary: str | None = None) -> str:
     from kprobe_tui.debuginfo.locate import running_kernel_build_id
 
     parts = [capabilities.report(capabilities.detect(found))]
+    if found.live and found.tracefs is not None:
+        parts.append(reader_report(found.tracefs))
     # Whether a server has this kernel's debug info is asked of the running kernel only (one small request
     # to each server the user named), not of a snapshot's.
     parts.append("\n".join(setup_report(Client(), running_kernel_build_id() if found.live else None)))
     if binary:
         parts.append(binary_report(binary))
     return "\n\n".join(parts)
+
+
+def reader_report(tracefs: Path) -> str:
+    """Which reader a tail gets (our own instance, else perf_event_open as perf record -a, else none) and why."""
+    from kprobe_tui.kernel.access import choose_reader
+    from kprobe_tui.textsafe import printable
+
+    reader = choose_reader(tracefs)
+    lines = ["Events reader", f"  [{'ok' if reader.kind else '--'}] {reader.label:<35}  {reader.why}"]
+    if reader.hint:
+        lines.append(f"       to tail here, {reader.hint}")
+    return printable("\n".join(lines), keep="\n")
 
 
 def binary_report(binary: str) -> str:

@@ -47,11 +47,29 @@ def refused(why: str) -> Ability:
 
 
 @dataclass(frozen=True)
+class Reader:
+    """Which reader a tail gets here and why, in the words the app's title and ``doctor`` use."""
+
+    kind: str  # "instance", "perf", or "" when there is none
+    why: str
+    hint: str = ""  # when there is none: the set-ups an administrator can choose
+
+    @property
+    def label(self) -> str:
+        return {"instance": "trace instance", "perf": "perf_event_open (student reader)"}.get(self.kind, "none")
+
+
+@dataclass(frozen=True)
 class Access:
     can_create: Ability  # make, enable and delete probes (without it: lab mode, read-only)
     can_list: Ability  # read the dynamic events (an administrator's probes)
-    can_tail: Ability  # make a trace instance of our own and record events in it
+    can_tail: Ability  # record events: in a trace instance of our own, else sampled as perf does (``reader``)
     can_aggregate: Ability  # count/hist/latency: make run-scoped probes and record or trigger on them
+    reader: Reader = Reader("", "")  # which reader a tail gets, and why
+
+    def reader_note(self) -> str:
+        """The reader in a few words, for the app's title when it is not our own instance."""
+        return f"reading through {self.reader.label}" if self.reader.kind == "perf" else ""
 
     def banner(self) -> str:
         return (f"LAB MODE: read-only — {self.can_create.why_not}. "
@@ -70,18 +88,19 @@ def decide(sources: KernelSources) -> Access:
         return _read_only(why, why, why)
     blocked = denied(tracefs, os.R_OK | os.X_OK)
     if blocked:
-        return _read_only(blocked, blocked, blocked)
+        return _read_only(blocked, blocked, blocked, choose_reader(tracefs))
     present = [tracefs / name for name in CONTROL_FILES if (tracefs / name).exists()]
     if not present:
         none = "there are no probe events"
         return _read_only("this kernel has no kprobe_events or uprobe_events (built without probe events)", none, none)
+    reader = choose_reader(tracefs)
     tail_why = tail_denied(tracefs) or ""
     unlisted = denied(present[0], os.R_OK) or ""
     blocked = next(filter(None, (denied(path, os.W_OK) for path in present)), None) or tail_why
     if blocked:
-        return _read_only(blocked, tail_why, unlisted)
+        return _read_only(blocked, "" if reader.kind else tail_why, unlisted, reader)
     listed = refused(unlisted) if unlisted else ALLOWED
-    return Access(can_create=ALLOWED, can_list=listed, can_tail=ALLOWED, can_aggregate=ALLOWED)
+    return Access(can_create=ALLOWED, can_list=listed, can_tail=ALLOWED, can_aggregate=ALLOWED, reader=reader)
 
 
 def tail_denied(tracefs: Path) -> str | None:
@@ -89,25 +108,13 @@ def tail_denied(tracefs: Path) -> str | None:
     return denied(tracefs, os.R_OK | os.X_OK) or denied(tracefs / "instances", os.W_OK | os.X_OK)
 
 
-def _read_only(create_why: str, tail_why: str, list_why: str) -> Access:
+def _read_only(create_why: str, tail_why: str, list_why: str, reader: Reader | None = None) -> Access:
     """Access of a user who cannot create probes (an aggregation makes its own, so it cannot either);
     an empty reason: that much is allowed."""
     return Access(can_create=refused(create_why), can_list=refused(list_why) if list_why else ALLOWED,
                   can_tail=refused(tail_why) if tail_why else ALLOWED,
-                  can_aggregate=refused(f"an aggregation makes probes of its own, and {create_why}"))
-
-
-@dataclass(frozen=True)
-class Reader:
-    """Which reader a tail gets here and why, in the words the app's title and ``doctor`` use."""
-
-    kind: str  # "instance", "perf", or "" when there is none
-    why: str
-    hint: str = ""  # when there is none: the set-ups an administrator can choose
-
-    @property
-    def label(self) -> str:
-        return {"instance": "trace instance", "perf": "perf_event_open (student reader)"}.get(self.kind, "none")
+                  can_aggregate=refused(f"an aggregation makes probes of its own, and {create_why}"),
+                  reader=reader or Reader("", tail_why))
 
 
 def choose_reader(tracefs: Path) -> Reader:

@@ -10,6 +10,10 @@ Nothing is written to tracefs: the filter goes to the perf event (PERF_EVENT_IOC
 ``perf record --filter`` does), and closing the descriptors is all the clean-up there is (the
 kernel drops the events with their last descriptor, also when the process is killed).
 
+The kernel counts the samples a full ring could not take and writes the count (PERF_RECORD_LOST)
+before the next record that fits: the loss at the end of a flood is known at the ring's next record
+(the next sample, or an exec's name), not at once; it is never silent.
+
 The ring is read as perf does: ``data_head`` is read, the records up to it copied out, then
 ``data_tail`` written. On x86-64 loads are not reordered with older loads nor stores with older
 loads, so that order needs no barrier (tools/include/asm/barrier.h makes smp_rmb a compiler
@@ -27,6 +31,7 @@ import select
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from kprobe_tui.errors import UserError
 
@@ -67,9 +72,8 @@ class PerfAttr(ctypes.Structure):
                 ("sig_data", ctypes.c_uint64)]
 
 
-@dataclass(frozen=True)
-class Sample:
-    """One PERF_RECORD_SAMPLE: ``raw`` is the trace record (common_type first)."""
+class Sample(NamedTuple):
+    """One PERF_RECORD_SAMPLE: ``raw`` is the trace record (common_type first). A tuple: a flood makes many."""
 
     pid: int  # the process (tgid)
     tid: int
@@ -146,13 +150,15 @@ def read_event_id(event_dir: Path) -> int:
 
 
 def denied_hint() -> str:
-    """The set-ups an administrator can choose, each with its exact commands."""
+    """The set-ups an administrator can choose, each with its exact commands (perf-security.rst's)."""
     return ("ask the administrator for one of: (1) sudo sysctl kernel.perf_event_paranoid=-1 (every user may "
-            "sample every tracepoint, system-wide), with the events' directory readable to your group; or "
-            "(2) a perf binary with capabilities for a perf_users group: sudo groupadd perf_users && "
-            "sudo chgrp perf_users /usr/bin/perf && sudo chmod o-rwx /usr/bin/perf && "
-            "sudo setcap cap_perfmon,cap_sys_ptrace,cap_syslog=ep /usr/bin/perf && sudo usermod -aG perf_users $USER "
-            "(Documentation/admin-guide/perf-security.rst)")
+            "sample every tracepoint, system-wide), with the events readable to your group (GROUP): sudo chgrp GROUP "
+            "/sys/kernel/tracing && sudo chmod g+rx /sys/kernel/tracing && sudo chgrp -R GROUP /sys/kernel/tracing/events/probe "
+            "&& sudo chmod -R g+rX /sys/kernel/tracing/events/probe; "
+            "or (2) a perf binary with capabilities for a perf_users group, for perf record -e GROUP:EVENT -a (kprobe-tui "
+            "does not read through it yet): sudo groupadd perf_users && sudo chgrp perf_users /usr/bin/perf && "
+            "sudo chmod o-rwx /usr/bin/perf && sudo setcap cap_perfmon,cap_sys_ptrace,cap_syslog=ep /usr/bin/perf && "
+            "sudo usermod -aG perf_users $USER (Documentation/admin-guide/perf-security.rst)")
 
 
 def _open_error(err: int, name: str, cpu: int) -> UserError:

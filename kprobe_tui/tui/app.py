@@ -82,6 +82,8 @@ class KprobeTui(App):
         self.access = access.decide(sources)  # what this user can do here, and why not
         if not self.access.can_create:
             sub_title = f"LAB MODE: read-only — {self.access.can_create.why_not}"
+        if self.access.reader_note():  # a student tails through perf_event_open: said where events come from
+            sub_title += f" │ {self.access.reader_note()}"
         self.sub_title = printable(sub_title)  # a path, a snapshot's release: anyone's text
 
     def load_catalog(self) -> Catalog | BinaryCatalog:

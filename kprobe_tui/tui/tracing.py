@@ -19,7 +19,7 @@ from kprobe_tui import blocking
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.tracefs import Tracefs
 from kprobe_tui.stream.reader import StreamUpdate
-from kprobe_tui.stream.session import FilterPlan, TailSession
+from kprobe_tui.stream.session import FilterPlan, TailSession, open_session
 from kprobe_tui.stream.store import EventStore
 from kprobe_tui.tui.work import Background
 
@@ -81,7 +81,7 @@ class RunTracing:
         if self.session is not None:
             raise UserError(f"this run already records in {self.session.instance.name}",
                             "its events screen shows them (e: events)")
-        session = TailSession(self.tracefs, patterns, store=store)
+        session = open_session(self.tracefs, patterns, store=store)  # a student's: perf_event_open (issue 23)
         session.start(on_update)
         self.session = session
         return session

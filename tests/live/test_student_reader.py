@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_lab_mode import as_user
 
 from kprobe_tui.kernel.perfevent import PARANOID, paranoid
 from tests.conftest import system_user
@@ -82,7 +83,10 @@ def as_student(student, directory: Path, *command: str) -> subprocess.Popen:
 
 def tail_as_student(student, directory: Path, *args: str) -> subprocess.Popen:
     child = as_student(student, directory, sys.executable, "-m", "kprobe_tui", "tail", f"{GROUP}:hit", *args)
-    announced = child.stderr.readline()  # once the events are open
+    announced = b""  # once the events are open; read from the pipe itself: communicate() reads past any buffer
+    while not announced.endswith(b"\n") and (byte := os.read(child.stderr.fileno(), 1)):
+        announced += byte
+    announced = announced.decode()
     assert "sampled through perf_event_open" in announced, announced + child.stderr.read()
     return child
 
@@ -136,6 +140,14 @@ def test_the_students_tail_is_perf_records_event_for_event(student, lab, paranoi
     assert "filter kernel:" in json_err  # n >= 102 went to the perf events; comm stays in the view
 
 
+def test_doctor_says_which_reader_the_student_gets_and_why(student, lab, paranoid_minus_one):
+    directory, _ = lab
+    out, err = as_student(student, directory, sys.executable, "-m", "kprobe_tui", "doctor").communicate(timeout=120)
+    section = out.split("Events reader\n", 1)[1].split("\n\n", 1)[0]
+    assert section.startswith("  [ok] perf_event_open (student reader)"), out + err
+    assert "instances is root-owned" in section and "kernel.perf_event_paranoid is -1" in section
+
+
 def test_under_the_default_paranoid_level_the_student_is_told_the_set_ups(student, lab):
     level = paranoid()
     if level is None or level < 1:
@@ -147,3 +159,70 @@ def test_under_the_default_paranoid_level_the_student_is_told_the_set_ups(studen
     assert f"kernel.perf_event_paranoid is {level}" in err and "needs -1 or CAP_PERFMON" in err, err
     assert "sudo sysctl kernel.perf_event_paranoid=-1" in err and "sudo setcap cap_perfmon,cap_sys_ptrace,cap_syslog=ep /usr/bin/perf" in err
     assert "Traceback" not in err
+    out, _ = as_student(student, directory, sys.executable, "-m", "kprobe_tui", "doctor").communicate(timeout=120)
+    assert "  [--] none " in out and "to tail here, ask the administrator for one of: (1) sudo sysctl" in out
+
+
+def test_the_events_screen_in_lab_mode_follows_through_the_student_reader(student, lab, paranoid_minus_one, tracefs_root):
+    """The app as the student (lab mode: no probe of its own): l, the administrator's probe, t: the events
+    screen shows each call, filters it (in the kernel), pauses; nothing is written to tracefs."""
+    directory, binary = lab
+    filter_before = (tracefs_root / f"events/{GROUP}/hit/filter").read_text()
+
+    def drive() -> dict:
+        import asyncio
+
+        from kprobe_tui.kernel.sources import locate
+        from kprobe_tui.probes.binary import BinaryCatalog
+        from kprobe_tui.tui.app import KprobeTui
+        from kprobe_tui.tui.screens.events import EventsScreen
+
+        seen: dict = {"pid": os.getpid()}
+
+        async def wait_for(pilot, condition) -> bool:
+            for _ in range(200):
+                if condition():
+                    return True
+                await pilot.pause(0.05)
+            return False
+
+        async def main() -> None:
+            app = KprobeTui(locate(mount=False), BinaryCatalog(binary))
+            async with app.run_test(size=(120, 30)) as pilot:
+                seen["sub_title"] = app.sub_title
+                await pilot.press("l")
+                panel = app.screen
+                name = f"{GROUP}/hit"
+                await wait_for(pilot, lambda: name in panel.shown)
+                table = panel.query_one("DataTable")
+                table.move_cursor(row=table.get_row_index(name))
+                await pilot.press("t")
+                events = app.screen
+                seen["events"] = isinstance(events, EventsScreen)
+                await wait_for(pilot, lambda: events.session is not None)
+                subprocess.run([str(binary), str(CALLS)], capture_output=True, check=True)
+                seen["followed"] = await wait_for(pilot, lambda: len(events.store) == CALLS)
+                seen["status"] = str(events.query_one("#status").render())
+                await pilot.press("slash", *"n > 103", "enter")
+                await wait_for(pilot, lambda: events.session.plan.text == "n > 103")
+                seen["plan"] = events.session.plan.summary()
+                subprocess.run([str(binary), str(CALLS)], capture_output=True, check=True)
+                seen["filtered"] = await wait_for(pilot, lambda: len(events.store) == CALLS + 3)
+                await pilot.press("p")
+                await wait_for(pilot, lambda: events.session.paused)
+                subprocess.run([str(binary), str(CALLS)], capture_output=True, check=True)
+                await pilot.pause(0.5)
+                seen["paused_count"] = len(events.store)
+                seen["paused_status"] = str(events.query_one("#status").render())
+
+        asyncio.run(main())
+        return seen
+
+    seen = as_user(student, drive, read_everything=True, home=directory)
+    assert "LAB MODE" in seen["sub_title"] and "reading through perf_event_open (student reader)" in seen["sub_title"]
+    assert seen["events"] and seen["followed"], seen
+    assert "perf_event_open" in seen["status"] and f"{CALLS:,} shown" in seen["status"] and "lost 0" in seen["status"]
+    assert seen["plan"] == f"kernel: {GROUP}/hit"  # n > 103 went to the perf event
+    assert seen["filtered"] and seen["paused_count"] == CALLS + 3 and "PAUSED" in seen["paused_status"]
+    assert not [name for name in os.listdir(tracefs_root / "instances") if name.startswith(f"kptui_{seen['pid']}")]
+    assert (tracefs_root / f"events/{GROUP}/hit/filter").read_text() == filter_before

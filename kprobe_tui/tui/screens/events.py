@@ -25,14 +25,14 @@ from textual.screen import Screen
 from textual.widgets import Input, Sparkline, Static
 
 from kprobe_tui.errors import UserError
-from kprobe_tui.kernel.access import tail_denied
+from kprobe_tui.kernel.access import choose_reader
 from kprobe_tui.kernel.events import Events
 from kprobe_tui.probes.edit import uprobe_places
 from kprobe_tui.stream.export import export
 from kprobe_tui.stream.filterexpr import FilterError, compile_filter, parse
 from kprobe_tui.stream.parser import Event
 from kprobe_tui.stream.reader import StreamUpdate
-from kprobe_tui.stream.session import FilterPlan, TailSession
+from kprobe_tui.stream.session import FilterPlan, StudentSession, TailSession
 from kprobe_tui.stream.store import DEFAULT_CAPACITY, EventStore
 from kprobe_tui.textsafe import printable
 from kprobe_tui.tui.navigation import Back, OpenStats
@@ -146,12 +146,12 @@ class EventsScreen(Screen):
     def _cannot_record(self, exc: UserError) -> None:
         self.starting = False
         self.finished = True
-        denied = tail_denied(self.tracefs.root) if self.tracefs is not None and self.tracefs.writable else None
-        if denied:  # say why in plain words, and what to do instead
-            self.stopped_because = f"tailing is not permitted: {denied}"
+        reader = choose_reader(self.tracefs.root) if self.tracefs is not None and self.tracefs.writable else None
+        if reader is not None and not reader.kind:  # say why in plain words, and what to do instead
+            self.stopped_because = f"tailing is not permitted: {reader.why}"
             command = shlex.join(["sudo", "kprobe-tui", "tail", *(self.patterns or [])])
-            self.notify(f"{self.stopped_because}. An administrator can tail with: {command}",
-                        title="Cannot tail", severity="error", timeout=30)
+            self.notify(f"{self.stopped_because}. An administrator can tail with: {command}; or, to let you tail, "
+                        f"{reader.hint}", title="Cannot tail", severity="error", timeout=30)
         else:
             self.notify(str(exc), title="Cannot tail", severity="error", timeout=30)
         self._show_status()
@@ -231,6 +231,8 @@ class EventsScreen(Screen):
             parts.append("replay")
         elif self.session.paused:
             parts.append("PAUSED")
+        if isinstance(self.session, StudentSession):
+            parts.append("perf_event_open")  # the student reader: no instance, nothing written to tracefs
         self.query_one("#status", Static).update(plain(" │ ".join(parts)))
 
     # --- table ----------------------------------------------------------------------------------
