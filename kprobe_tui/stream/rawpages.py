@@ -9,8 +9,8 @@ header, ``type_len:5`` then ``time_delta:27`` (nanoseconds since the previous re
 own 4 bytes) is the next word, 29 padding (a discarded record, or with no delta the end of the page),
 30 a time extend (a delta too big for 27 bits) and 31 an absolute time stamp.
 
-Records come out as ``(ts, cpu, data)``: ``ts`` in seconds rounded to the microsecond, as the text
-prints it (``ns2usecs``), ``data`` the event's record for ``rawformat.EventDecoder.decode``.
+Records come out as ``(ns, cpu, data)``: ``ns`` the clock's nanoseconds (``seconds(ns)`` is the time the
+text prints), ``data`` the event's record for ``rawformat.EventDecoder.decode``.
 """
 
 from __future__ import annotations
@@ -34,6 +34,11 @@ TS_MSB = 0xF8 << 56  # the bits of the clock an absolute time stamp leaves out (
 PADDING, TIME_EXTEND, TIME_STAMP = 29, 30, 31
 _WORD = struct.Struct("<I")
 _first = itemgetter(0)
+
+
+def seconds(ns: int) -> float:
+    """A record's time as the text prints it: seconds, rounded to the microsecond (``ns2usecs``)."""
+    return (ns + 500) // 1000 / 1_000_000
 
 
 class PageLayout:
@@ -60,6 +65,7 @@ class RawPages:
         self.missed = 0  # events the kernel lost, as counted on the pages
         self.missed_uncounted = 0  # pages after a loss the kernel had no room to count
         self.broken = 0  # pages whose records ran past their commit
+        self.drained = False  # the last read emptied every CPU's buffer
         self._pending: list[tuple[int, int, bytes]] = []  # read, not yet handed over: (ns, cpu, data)
         self._fds: dict[int, int] = {}
         per_cpu = instance.tracefs.path("per_cpu")
@@ -71,12 +77,16 @@ class RawPages:
             self.close()
             raise UserError(f"cannot read {per_cpu}: {exc.strerror}", "run as root, in a trace instance of this run") from exc
 
+    def fds(self) -> list[int]:
+        """One descriptor a CPU: readable when that CPU has a page (as ``buffer_percent`` says)."""
+        return list(self._fds.values())
+
     def close(self) -> None:
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
 
-    def read(self) -> list[tuple[float, int, bytes]]:
+    def read(self) -> list[tuple[int, int, bytes]]:
         """The records the kernel holds now, every CPU's merged in time order.
 
         At most ``pages_per_read`` pages of a CPU are read at a time; a CPU that had more may hold
@@ -88,11 +98,12 @@ class RawPages:
             last = self._read_cpu(cpu, fd)
             if last is not None:
                 horizon = last if horizon is None else min(horizon, last)
+        self.drained = horizon is None
         pending = self._pending
         pending.sort(key=_first)  # stable: one CPU's records keep their order; runs make it a merge
         cut = len(pending) if horizon is None else bisect.bisect_right(pending, horizon, key=_first)
         ready, self._pending = pending[:cut], pending[cut:]
-        return [((ns + 500) // 1000 / 1_000_000, cpu, data) for ns, cpu, data in ready]
+        return ready
 
     def _read_cpu(self, cpu: int, fd: int) -> int | None:
         """Reads this CPU's pages into the pending records; the time of its last one when it had more pages."""

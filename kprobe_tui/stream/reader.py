@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import select
+import struct
 import threading
 import time
 from collections import Counter
@@ -24,9 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
+from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.instance import Instance
-from kprobe_tui.stream.comms import CommNames
+from kprobe_tui.stream.comms import UNKNOWN_COMM, CommNames
 from kprobe_tui.stream.parser import Event, LineParser
+from kprobe_tui.stream.rawformat import HEADER, EventDecoder, RecordError, compile_format
+from kprobe_tui.stream.rawpages import PageLayout, RawPages
 from kprobe_tui.stream.store import EventStore
 
 READ_SIZE = 1 << 16
@@ -44,6 +48,7 @@ class StreamUpdate:
     vanished: list[str] = field(default_factory=list)  # tailed events deleted by someone else
     finished: bool = False  # the reader stopped
     error: str = ""
+    notice: str = ""  # said once, in the first update: why the text is read rather than the binary pages
 
 
 class SourceBatch(NamedTuple):
@@ -152,12 +157,155 @@ class TracePipeSource:
             self._fd = -1
 
 
+# The clocks whose stamps are nanoseconds, which the text prints as seconds.microseconds (the others print counts).
+NANOSECOND_CLOCKS = frozenset({"local", "global", "mono", "mono_raw", "boot", "tai", "perf"})
+
+
+class RawPagesSource:
+    """The instance's per-CPU ``trace_pipe_raw`` pages, each record decoded by its event's compiled format.
+
+    Comm and tgid are looked up as the text looks them up when it prints (saved_cmdlines, saved_tgids). A
+    record of an event enabled after the start is decoded once that event's format compiles; a record no
+    format decodes is kept raw and counted as garbled, as the text reader keeps a line it cannot parse.
+    """
+
+    def __init__(self, instance: Instance, decoders: dict[int, EventDecoder], tgids: bool) -> None:
+        self.instance = instance
+        self.path = str(instance.tracefs.path("per_cpu"))
+        self.decoders = decoders
+        self.tgids = tgids
+        self.garbled = 0
+        self.pages: RawPages | None = None
+        self._tried = set(instance.enabled)  # events whose format was compiled or refused
+        self._comms: dict[int, str] = {}
+        self._tgids: dict[int, int] = {}  # empty unless the instance records tgids
+        self._names_read = 0.0  # when saved_cmdlines was read last (monotonic)
+
+    def open(self) -> list[int]:
+        self.pages = RawPages(self.instance)
+        return self.pages.fds()
+
+    def read(self, deadline: float) -> SourceBatch:
+        assert self.pages is not None, "read before open"
+        events: list[Event] = []
+        while True:
+            records = self.pages.read()
+            if records:
+                events += self._decode(records)
+            if self.pages.drained or time.monotonic() >= deadline:
+                return SourceBatch(events, b"")
+
+    def _decode(self, records: list[tuple[int, int, bytes]]) -> list[Event]:
+        if time.monotonic() - self._names_read > 1.0:
+            self._read_names()  # a pid's name changes (exec) and pids are reused: the text shows the name of now
+        decoders, comms, tgids = self.decoders, self._comms, self._tgids
+        header = HEADER.unpack_from
+        events = []
+        for ns, cpu, record in records:
+            ts = (ns + 500) // 1000 / 1_000_000  # rawpages.seconds(ns), inline: the call costs 50 ns an event
+            try:
+                ident, flags, pid = header(record)
+                decoder = decoders.get(ident) or self._late_decoder(ident)
+                comm = comms.get(pid)
+                if comm is None:
+                    self._read_names()
+                    comms, tgids = self._comms, self._tgids
+                    comm = comms.setdefault(pid, UNKNOWN_COMM)  # looked up once a second; CommNames asks /proc
+                if decoder is None:
+                    raise RecordError(f"a record of event type {ident}, which no enabled event's format decodes")
+                events.append(decoder.event(record, ts, cpu, pid, flags, comm, tgids.get(pid)))
+            except RecordError as exc:
+                events.append(self._garbled(ts, cpu, record, exc.message))
+            except struct.error:
+                events.append(self._garbled(ts, cpu, record, f"a record of {len(record)} bytes"))
+        return events
+
+    def _garbled(self, ts: float, cpu: int, record: bytes, why: str) -> Event:
+        """A record kept raw, as the text reader keeps a line it cannot parse."""
+        self.garbled += 1
+        return Event(ts, cpu, 0, None, "", "", "", f"{why}: {record[:64].hex()}")
+
+    def _late_decoder(self, ident: int) -> EventDecoder | None:
+        """The decoder of an event enabled after the start, compiled once."""
+        for target in list(self.instance.enabled):
+            if target not in self._tried:
+                self._tried.add(target)
+                try:
+                    decoder = compile_format(self.instance.event_format(*target))
+                except UserError:
+                    continue  # its records are kept raw, counted as garbled
+                self.decoders.setdefault(decoder.id, decoder)
+        return self.decoders.get(ident)
+
+    def _read_names(self) -> None:
+        self._names_read = time.monotonic()
+        self._comms = dict(_saved_pairs(self.instance, "saved_cmdlines"))
+        self._comms[0] = "<idle>"
+        if self.tgids:
+            self._tgids = {pid: int(tgid) for pid, tgid in _saved_pairs(self.instance, "saved_tgids") if tgid.isdigit()}
+
+    def flush(self) -> list[Event]:
+        return []  # a record is complete as read
+
+    def lost(self) -> int:
+        return self.pages.missed if self.pages is not None else 0
+
+    def close(self) -> None:
+        if self.pages is not None:
+            self.pages.close()
+
+
+def _saved_pairs(instance: Instance, name: str) -> list[tuple[int, str]]:
+    """The ``PID VALUE`` lines of saved_cmdlines or saved_tgids (unreadable: none)."""
+    try:
+        text = instance.top.read(name)
+    except UserError:
+        return []
+    pairs = []
+    for line in text.splitlines():
+        pid, _, value = line.partition(" ")
+        if pid.isdigit() and value:
+            pairs.append((int(pid), value))
+    return pairs
+
+
+def choose_source(instance: Instance, events: list[tuple[str, str]]) -> tuple[EventSource, str]:
+    """The binary pages when every event's format compiles and the instance prints nothing they lack, else the
+    text, and why (said once to the user). ``KPROBE_TUI_READER=text`` asks for the text."""
+    if os.environ.get("KPROBE_TUI_READER") == "text":
+        return TracePipeSource(instance), ""
+
+    def option(name: str) -> bool:
+        return instance.tracefs.exists(f"options/{name}") and instance.tracefs.read(f"options/{name}").strip() == "1"
+
+    try:
+        if option("stacktrace") or option("userstacktrace"):
+            return TracePipeSource(instance), "stack traces are read from the text trace_pipe"
+        clock = instance.tracefs.read("trace_clock").partition("[")[2].partition("]")[0]
+        if clock not in NANOSECOND_CLOCKS:
+            return TracePipeSource(instance), f"trace_clock {clock} is printed by the text trace_pipe only"
+        decoders = {}
+        for group, event in events:
+            try:
+                decoder = compile_format(instance.event_format(group, event))
+            except UserError as exc:
+                return TracePipeSource(instance), f"event {group}/{event} is read from the text trace_pipe: {exc.message}"
+            decoders[decoder.id] = decoder
+        PageLayout(instance.top.read("events/header_page"))
+    except UserError as exc:
+        return TracePipeSource(instance), f"reading the text trace_pipe: {exc.message}"
+    return RawPagesSource(instance, decoders, option("record-tgid")), ""
+
+
 class StreamReader(threading.Thread):
     """``StreamReader(instance, store, on_update).start()``; ``stop()`` joins it."""
 
     def __init__(self, instance: Instance, store: EventStore | None, on_update: Callable[[StreamUpdate], None],
                  interval: float = 0.05, on_events: Callable[[list[Event]], None] | None = None,
-                 on_data: Callable[[bytes], None] | None = None, source: EventSource | None = None) -> None:
+                 on_data: Callable[[bytes], None] | None = None, source: EventSource | None = None,
+                 events: list[tuple[str, str]] | None = None) -> None:
+        """``events``: the events tailed, read from the binary pages when their formats allow (``choose_source``);
+        without them, or for ``on_data``, the text is read. ``source``: what to read, chosen by the caller."""
         super().__init__(name="kprobe-tui trace_pipe reader", daemon=True)
         self.instance = instance
         self.store = store
@@ -167,6 +315,9 @@ class StreamReader(threading.Thread):
         # nothing is parsed or stored here.
         self.on_data = on_data
         self.interval = interval
+        self.notice = ""  # why the text is read although the binary pages were asked for
+        if source is None and events is not None and on_data is None:
+            source, self.notice = choose_source(instance, events)
         self.source: EventSource = source or TracePipeSource(instance, lines=on_data is not None)
         self.comms = CommNames(instance.top.path("saved_cmdlines").read_text)
         self._stopping = threading.Event()
@@ -203,6 +354,7 @@ class StreamReader(threading.Thread):
             new = 0
             last_update = last_check = time.monotonic()
             last_read = 0.0
+            notice = self.notice
             while not self._stopping.is_set():
                 poller.poll(self.interval * 1000)
                 if self.on_data is not None:
@@ -225,10 +377,10 @@ class StreamReader(threading.Thread):
                         vanished, last_check = self._check_vanished(), now
                     lost_before, self.lost = self.lost, source.lost()
                     # Quiet updates only once a second: then the first event after a pause goes up at once.
-                    if new or vanished or self.lost != lost_before or now - last_update >= 1.0:
+                    if new or vanished or self.lost != lost_before or now - last_update >= 1.0 or notice:
                         self.on_update(StreamUpdate(new, per_event, now - last_update, self.lost,
-                                                    source.garbled, vanished))
-                        per_event, new, last_update = Counter(), 0, now
+                                                    source.garbled, vanished, notice=notice))
+                        per_event, new, last_update, notice = Counter(), 0, now, ""
             last = source.flush()
             if last:
                 self._hand_over(last, Counter())

@@ -1,11 +1,14 @@
 """The raw reader against the kernel's own text: the same recorded events, decoded from trace_pipe_raw's pages,
-equal what the text parser makes of the lines the instance's ``trace`` file prints for them."""
+equal what the text parser makes of the lines the instance's ``trace`` file prints for them (the text reader's
+own parser, on what trace_pipe would print): first the page walk and decoder, then the whole binary reader
+(``StreamReader`` on ``RawPagesSource``: comm, tgid, lost counts) on every fetch type a uprobe captures."""
 
 from __future__ import annotations
 
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +21,9 @@ from kprobe_tui.probes.compile import compile_spec
 from kprobe_tui.probes.spec import parse_spec
 from kprobe_tui.stream.parser import Event, LineParser
 from kprobe_tui.stream.rawformat import compile_format
-from kprobe_tui.stream.rawpages import RawPages
+from kprobe_tui.stream.rawpages import RawPages, seconds
+from kprobe_tui.stream.reader import RawPagesSource, StreamReader, StreamUpdate, TracePipeSource
+from kprobe_tui.stream.store import EventStore
 
 pytestmark = pytest.mark.live
 
@@ -94,10 +99,10 @@ def record_both_ways(top: Tracefs, binary: Path) -> tuple[list[Event], list[Even
         decoded = []
         try:
             while records := pages.read():
-                for ts, cpu, record in records:
+                for ns, cpu, record in records:
                     decoder = decoders[int.from_bytes(record[:2], "little")]
                     pid = int.from_bytes(record[4:8], "little", signed=True)
-                    decoded.append(decoder.decode(record, ts, cpu, comm(pid)))
+                    decoded.append(decoder.decode(record, seconds(ns), cpu, comm(pid)))
         finally:
             pages.close()
     finally:
@@ -118,7 +123,7 @@ def test_raw_pages_decode_to_the_events_the_kernel_printed(top, tmp_path):
     assert len(printed) == 2 * CALLS * cpus and pages.missed == pages.missed_uncounted == pages.broken == 0
     assert {event.cpu for event in printed} == set(sorted(os.sched_getaffinity(0))[:2])
     for text_event, raw_event in zip(printed, decoded):
-        assert raw_event == text_event  # ts to the microsecond, cpu, pid, comm, flags, event, body
+        assert raw_event.printed() == text_event  # ts to the microsecond, cpu, pid, comm, flags, event, body
     assert len(decoded) == len(printed)
     bodies = {event.body.split(") ", 1)[1] for event in printed}
     # the fetch types as the kernel prints them, a fault, and strings that are not plain text
@@ -126,3 +131,114 @@ def test_raw_pages_decode_to_the_events_the_kernel_printed(top, tmp_path):
     assert 'a=157 b=3997 c=3997 d=0xf9d s="café \\xff" arr={4,200,7,255} none=(fault)' in bodies
     assert 'a=133 b=4997 c=4997 d=0x1385 s="two\nlines" arr={5,200,7,255} none=(fault)' in bodies
     assert "retval=94 whole=0x5e" in bodies
+
+
+BOX_SOURCE = r"""
+#include <stdlib.h>
+struct box { unsigned int low : 3, mid : 5, high : 8; int v; char name[8]; };
+__attribute__((noinline)) long hit(long n, const char *s, const unsigned char *arr, struct box *b, const char **pair)
+{
+    asm volatile("" ::: "memory");
+    return n + s[0] + arr[0] + b->v + pair[0][0];
+}
+
+int main(int argc, char **argv)
+{
+    static const char *words[] = {"alpha", "beta gamma", "", "caf\xc3\xa9 \xff", "two\nlines"};
+    long calls = atol(argv[1]), sum = 0;
+    for (long i = 0; i < calls; i++) {
+        unsigned char arr[4] = {(unsigned char)i, 200, 7, 255};
+        struct box b = {(unsigned)i & 7, (unsigned)i & 31, 200, (int)-i, "box"};
+        const char *pair[2] = {words[(i + 1) % 5], words[(i + 2) % 5]};
+        b.name[3] = 'a' + i % 26;
+        sum += hit(i * 1000 - 3, words[i % 5], arr, &b, pair);
+    }
+    return sum == 0;
+}
+"""
+# Every fetch type a uprobe takes (symbol is the kprobes' own), entry and return.
+EVERY_TYPE = ["hit", "a=%di:u8", "b=%di:u16", "c=%di:u32", "d=%di:u64", "e=%di:s8", "f=%di:s16", "g=%di:s32",
+              "h=%di:s64", "i=%di:x8", "j=%di:x16", "k=%di:x32", "l=%di:x64", "s=+0(%si):string",
+              "us=+0(%si):ustring", "lo=+0(%cx):b3@0/32", "mi=+0(%cx):b5@3/32", "hi=+0(%cx):b8@8/32",
+              "ch=+8(%cx):char", "nm=+8(%cx):char[8]", "arr=+0(%dx):u8[4]", "xa=+0(%dx):x8[2]",
+              "pair=+0(%r8):string[2]", "cm=$comm"]
+EVERY_RETURN = ["hit%return", "ret=$retval:s64", "rx=$retval:x32", "ru=$retval:u16"]
+
+
+def recorded_then_read(top: Tracefs, binary: Path, calls: int, buffer_kb: int | None = None):
+    """Records the program on two CPUs at once with nobody reading, stops recording, takes the text the instance's
+    ``trace`` prints and the lost count the text reader would give (stats), then drains the same buffer with the
+    binary reader. Returns (text events, binary events, text lost, binary lost, the reader's updates)."""
+    events = Events(top)
+    probes = [compile_spec(parse_spec(words, binary=str(binary)), lifetime.run_name())[0]
+              for words in (EVERY_TYPE, EVERY_RETURN)]
+    instance = Instance(top)
+    instance.create(buffer_kb, {"record-tgid": True})  # as a tail makes it
+    created = []
+    updates: list[StreamUpdate] = []
+    try:
+        created = events.create(probes, run_scoped=True)
+        for probe in probes:
+            instance.enable(probe.group, probe.event)
+        runs = [subprocess.Popen(["taskset", "-c", str(cpu), str(binary), str(calls)])
+                for cpu in sorted(os.sched_getaffinity(0))[:2]]
+        assert [run.wait() for run in runs] == [0] * len(runs)
+        instance.tracefs.write("tracing_on", "0", append=False)
+        text = instance.tracefs.path("trace").read_bytes().decode("utf-8", "backslashreplace")
+        text_lost = TracePipeSource(instance).lost()
+        parser = LineParser()
+        printed = [event for event in parser.feed(text.splitlines()) + parser.flush() if event.event]
+        store = EventStore(len(printed) + 10)
+        reader = StreamReader(instance, store, updates.append, events=[(p.group, p.event) for p in probes])
+        assert isinstance(reader.source, RawPagesSource), reader.notice
+        reader.start()
+        deadline = time.monotonic() + 60
+        while store.total < len(printed) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)  # nothing more may come
+        reader.stop()
+        decoded = store.view_rows(0, store.view_len())
+    finally:
+        instance.remove()
+        for event in created:
+            events.delete(event)
+    return printed, decoded, text_lost, reader.lost, updates
+
+
+def as_printed(events) -> list[Event]:
+    return [event.printed() for event in events]
+
+
+@pytest.fixture
+def boxlab(tmp_path) -> Path:
+    (tmp_path / "boxlab.c").write_text(BOX_SOURCE)
+    subprocess.run(["gcc", "-O1", "-o", str(tmp_path / "boxlab"), str(tmp_path / "boxlab.c")], check=True)
+    return tmp_path / "boxlab"
+
+
+def test_the_binary_reader_gives_the_events_the_text_reader_gives(top, boxlab):
+    printed, decoded, text_lost, lost, updates = recorded_then_read(top, boxlab, 300)
+    cpus = min(2, len(os.sched_getaffinity(0)))
+    assert len(printed) == 2 * 300 * cpus and text_lost == lost == 0
+    assert as_printed(decoded) == printed  # time, cpu, pid, tgid, comm, flags, event, body: in the same order
+    assert {event.cpu for event in decoded} == set(sorted(os.sched_getaffinity(0))[:2])
+    assert {event.comm for event in decoded} == {"boxlab"} and None not in {event.tgid for event in decoded}
+    assert [event.args for event in decoded] == [event.args for event in printed]
+    assert updates[-1].finished and not updates[-1].error and updates[-1].garbled == 0
+    bodies = {event.body.split(") ", 1)[1] for event in printed}
+    # each fetch type as the kernel prints it, a string holding a newline, bytes that are not UTF-8, an empty one
+    assert ('a=253 b=65533 c=4294967293 d=18446744073709551613 e=-3 f=-3 g=-3 h=-3 i=0xfd j=0xfffd k=0xfffffffd'
+            ' l=0xfffffffffffffffd s="alpha" us="alpha" lo=0 mi=0 hi=200 ch=\'b\' nm={\'b\',\'o\',\'x\',\'a\','
+            '\'\x00\',\'\x00\',\'\x00\',\'\x00\'} arr={0,200,7,255} xa={0x0,0xc8} pair={"beta gamma",""}'
+            ' cm="boxlab"') in bodies
+    assert any('s="two\nlines"' in body and 'pair={"alpha","beta gamma"}' in body for body in bodies)
+    assert any('s="café \\xff"' in body for body in bodies)
+    assert "ret=192 rx=0xc0 ru=192" in bodies  # call 0: -3 + 'a' + 0 + 0 + 'b'
+    assert "ret=1095 rx=0x447 ru=1095" in bodies  # call 1: 997 + 'b' + 1 - 1 + '\0'
+
+
+def test_a_flood_that_overflows_the_buffer_loses_as_many_events_in_both_readers(top, boxlab):
+    printed, decoded, text_lost, lost, updates = recorded_then_read(top, boxlab, 20_000, buffer_kb=64)
+    assert text_lost > 0 and lost == text_lost  # the page headers count what the stats count
+    assert as_printed(decoded) == printed
+    assert max(update.lost for update in updates) == lost

@@ -14,7 +14,7 @@ import pytest
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.instance import Instance
 from kprobe_tui.kernel.tracefs import Tracefs
-from kprobe_tui.stream.rawpages import MISSED_EVENTS, MISSED_STORED, RawPages
+from kprobe_tui.stream.rawpages import MISSED_EVENTS, MISSED_STORED, RawPages, seconds
 
 HEADER_PAGE = (  # this machine's events/header_page (6.18, x86-64)
     "\tfield: u64 timestamp;\toffset:0;\tsize:8;\tsigned:0;\n"
@@ -65,7 +65,7 @@ def reader(tmp_path, cpus: dict[int, list[bytes]], **kwargs) -> RawPages:
     return RawPages(Instance(Tracefs(tmp_path), name="kptui_test"), **kwargs)
 
 
-def read_all(pages: RawPages) -> list[tuple[float, int, bytes]]:
+def read_all(pages: RawPages) -> list[tuple[int, int, bytes]]:
     out = []
     while records := pages.read():
         out += records
@@ -86,7 +86,7 @@ def test_times_add_up_through_extends_stamps_and_discarded_records(tmp_path):
                 data(0, b"last"))
     records = read_all(reader(tmp_path, {0: [cpu0]}))
     third = start + 1_500 + (3 << 27) + 499
-    assert [(ts, cpu, record.rstrip(b"\0")) for ts, cpu, record in records] == [
+    assert [(seconds(ns), cpu, record.rstrip(b"\0")) for ns, cpu, record in records] == [
         (1000.0, 0, b"first"), (1000.000002, 0, b"second"), ((third + 500) // 1000 / 1e6, 0, b"third"),
         ((third + 1 + 500) // 1000 / 1e6, 0, b"x" * 200), (1005.0, 0, b"last")]
 
@@ -114,7 +114,7 @@ def test_cpus_are_merged_in_time_order_and_a_cpu_with_more_pages_holds_the_other
     pages = reader(tmp_path, {0: cpu0, 1: cpu1}, pages_per_read=1)
     assert [record[:2] for _, _, record in pages.read()] == [b"0a", b"0b"]
     rest = read_all(pages)
-    assert [(ts, cpu, record[:2]) for ts, cpu, record in rest] == [(0.0002, 1, b"1a"), (0.00025, 0, b"0c"), (0.0003, 1, b"1b")]
+    assert [(seconds(ns), cpu, record[:2]) for ns, cpu, record in rest] == [(0.0002, 1, b"1a"), (0.00025, 0, b"0c"), (0.0003, 1, b"1b")]
 
 
 def test_a_tie_goes_to_the_lower_cpu_as_in_the_text(tmp_path):
