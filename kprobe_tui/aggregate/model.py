@@ -18,6 +18,8 @@ from operator import floordiv, sub
 from kprobe_tui.errors import UserError
 from kprobe_tui.stream.filterexpr import split_transform, swap_bytes
 
+__all__ = ["Aggregation", "Field", "Linear", "UNITS", "parse_field", "parse_linear"]
+
 # Keys every event has; any other key names an argument the probe captures.
 HEADER_KEYS = ("comm", "pid", "probe")
 # A latency is measured at the return, where the call's arguments are gone: only the caller keys it.

@@ -28,6 +28,8 @@ from kprobe_tui.probes.spec import CompiledProbe, ProbeArg, ProbeSpec, parse_arg
 from kprobe_tui.stream import filterexpr
 from kprobe_tui.stream.parser import HEADER_FIELDS
 
+__all__ = ["DEFAULT_MAX_PROBES", "TargetBuilder", "Targets", "argument_name", "run_builder"]
+
 GLOB_CHARACTERS = "*?["
 # The comm at the hit, captured by the probe: the comm a trace line shows is looked up when the line is
 # printed (the last one saved for that pid), and a hist table's common_pid.execname is the comm when

@@ -22,6 +22,8 @@ from typing import TypeVar
 
 from kprobe_tui.errors import UserError
 
+__all__ = ["file_of_die", "reports_corruption"]
+
 F = TypeVar("F", bound=Callable)
 
 _FILES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # pyelftools DWARFInfo -> the file it reads

@@ -59,6 +59,8 @@ if TYPE_CHECKING:
     import socket
     import urllib.request
 
+__all__ = ["Cancel", "Client", "Progress", "Settings", "setup_report"]
+
 # urllib, http.client and ssl are imported where a server is asked, not with this module: the CLI
 # makes a Client on every run, and most runs find the debug info on disk (ssl alone is ~8 ms).
 

@@ -9,6 +9,8 @@ import re
 
 from kprobe_tui.debuginfo.scope import PointSpec, ProbePoint, Variable
 
+__all__ = ["format_points"]
+
 X86_64_REGISTERS = ["rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp",
                     "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15"]
 

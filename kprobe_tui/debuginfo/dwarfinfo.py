@@ -19,6 +19,10 @@ from kprobe_tui.debuginfo.lineprogram import LineRow, decode_line_rows
 if TYPE_CHECKING:
     from elftools.dwarf.dwarfinfo import DWARFInfo
 
+__all__ = ["FIND_CONTINUE", "FIND_END", "attr", "decl_file_index", "decl_line", "entry_pc", "has_pc", "int_attr",
+           "is_func_instance", "iter_tree", "linkage_name_of", "name_of", "ranges_of", "ref", "strtailcmp",
+           "type_name"]
+
 HIGH_PC_ADDRESS_FORMS = {"DW_FORM_addr", "DW_FORM_addrx", "DW_FORM_addrx1", "DW_FORM_addrx2",
                          "DW_FORM_addrx3", "DW_FORM_addrx4"}
 QUALIFIER_TAGS = {"DW_TAG_const_type", "DW_TAG_restrict_type", "DW_TAG_volatile_type", "DW_TAG_shared_type"}

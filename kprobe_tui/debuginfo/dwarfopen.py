@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from elftools.dwarf.dwarfinfo import DWARFInfo
     from elftools.elf.elffile import ELFFile
 
+__all__ = ["open_dwarf"]
+
 SECTION_NAMES = [".debug_info", ".debug_aranges", ".debug_abbrev", ".debug_frame", ".eh_frame", ".debug_str",
                  ".debug_loc", ".debug_ranges", ".debug_line", ".debug_pubtypes", ".debug_pubnames",
                  ".debug_addr", ".debug_str_offsets", ".debug_line_str", ".debug_loclists", ".debug_rnglists",

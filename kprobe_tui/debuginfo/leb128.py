@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["uleb128"]
+
 
 def uleb128(data: bytes, pos: int) -> tuple[int, int]:
     """(value, position after it) of the unsigned LEB128 number at ``pos``."""

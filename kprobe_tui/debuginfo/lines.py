@@ -19,6 +19,9 @@ from kprobe_tui.debuginfo.locate import default_client, source_path
 from kprobe_tui.errors import UserError
 from kprobe_tui.files import MiB, read_regular
 
+__all__ = ["INT_MAX", "LineRange", "LineSpec", "MAX_SOURCE", "SourceText", "find_line_range", "line_info", "render",
+           "source_lines", "source_text"]
+
 INT_MAX = 2**31 - 1
 MAX_SOURCE = 64 * MiB  # the biggest C files (generated tables) are a few MB
 

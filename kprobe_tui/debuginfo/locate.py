@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     # never pay for importing the client (urllib, ssl).
     Debuginfod: TypeAlias = Client | Callable[[], Client] | None
 
+__all__ = ["ElfSections", "find_binary_debuginfo", "find_vmlinux", "running_kernel_build_id", "snapshot_debug_hint"]
+
 DEBUG_ROOT = Path("/usr/lib/debug")
 KERNEL_NOTES = Path("/sys/kernel/notes")
 

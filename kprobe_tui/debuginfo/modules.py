@@ -28,6 +28,8 @@ from kprobe_tui.errors import UserError
 if TYPE_CHECKING:
     from kprobe_tui.debuginfo.locate import Debuginfod
 
+__all__ = ["find_module_debuginfo", "module_name"]
+
 SYS_MODULE = Path("/sys/module")
 MODULES = Path("/lib/modules")
 COMPRESSED = (".xz", ".zst", ".gz")

@@ -43,6 +43,8 @@ from kprobe_tui.debuginfo.symbols import FunctionSymbols
 from kprobe_tui.elf import ElfFile
 from kprobe_tui.errors import UserError
 
+__all__ = ["DebugInfo", "PointSpec", "ProbePoint", "asking_about", "open_debuginfo"]
+
 Op = tuple[str, list[Any]]
 
 

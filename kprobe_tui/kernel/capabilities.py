@@ -17,6 +17,8 @@ from kprobe_tui.kernel.paths import KernelSources
 from kprobe_tui.kernel.permission import denied as denied  # where the commands and access ask it
 from kprobe_tui.kernel.permission import may, who
 
+__all__ = ["denied", "detect", "readme_offers", "report"]
+
 
 @dataclass(frozen=True)
 class Capability:

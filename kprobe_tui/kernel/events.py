@@ -27,6 +27,9 @@ from kprobe_tui.kernel.definition import DEFAULT_PERSISTENT_GROUP, MAX_EVENT_NAM
 from kprobe_tui.kernel.tracefs import KernelRefused, Tracefs
 from kprobe_tui.kernel.triggers import SYNTHETIC_GROUP, remove_run_triggers, scoped_run
 
+__all__ = ["DynamicEvent", "Events", "OTHERS", "OTHER_RUN", "Owner", "PERSISTENT", "STALE", "THIS_RUN", "kind_of",
+           "parse_definition", "probe_body"]
+
 
 class Owner(StrEnum):
     """Who a group belongs to, as ``list`` marks it (a str: JSON and the columns show the value)."""

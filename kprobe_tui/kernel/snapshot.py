@@ -33,6 +33,8 @@ from kprobe_tui.files import MiB, NoSuchFile, open_regular, read_regular, write_
 from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.paths import KernelSources
 
+__all__ = ["capture"]
+
 MANIFEST = "manifest.json"
 TRACEFS_FILES = [
     "README",

@@ -14,6 +14,8 @@ from kprobe_tui.files import open_regular
 from kprobe_tui.kernel.paths import DEFAULT_BTF_DIR, DEFAULT_DEBUGFS, DEFAULT_KALLSYMS, DEFAULT_TRACEFS
 from kprobe_tui.kernel.paths import KernelSources as KernelSources  # where every reader imports it from
 
+__all__ = ["KernelSources", "from_args", "locate"]
+
 
 def _mount_points(mounts_file: Path = Path("/proc/mounts")) -> dict[str, Path]:
     """First mount point of each of tracefs and debugfs, from /proc/mounts."""

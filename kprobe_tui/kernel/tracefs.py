@@ -23,6 +23,9 @@ from kprobe_tui.blocking import blocking
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.permission import denied
 
+__all__ = ["KERNEL_SPACE_BYTE", "KernelRefused", "MAX_COMMAND_LINE", "MAX_FILTER_BYTES", "Tracefs",
+           "control_character", "describe_character"]
+
 # Files the kernel reads as commands, one per line, '#' starting a comment (trace_parse_run_command).
 COMMAND_FILES = frozenset({"kprobe_events", "uprobe_events", "dynamic_events", "synthetic_events"})
 # trace_parse_run_command copies at most WRITE_BUFSIZE - 1 (4095) bytes at a time and needs the

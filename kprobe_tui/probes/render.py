@@ -16,6 +16,9 @@ from kprobe_tui.kernel.definition import unique_name as unique_name  # where the
 from kprobe_tui.kernel.lifetime import is_run_scoped
 from kprobe_tui.probes.spec import CompiledProbe, ProbeArg, ProbeSpec
 
+__all__ = ["bpftrace_oneliner", "by_event", "command_rows", "default_arg_name", "perf_command", "sanitize",
+           "unique_name"]
+
 
 def perf_hash(text: str) -> str:
     """perf's ``str_hash`` (h = h * 31 + c over the bytes, in a 64-bit size_t), as the 8 hex digits

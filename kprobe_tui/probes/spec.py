@@ -31,6 +31,9 @@ from kprobe_tui.kernel.tracefs import (
     describe_character,
 )
 
+__all__ = ["CompiledProbe", "DEFAULT_PERSISTENT_GROUP", "MAX_EVENT_NAME_LEN", "ProbeArg", "ProbeSpec", "TypeRefused",
+           "parse_arg", "parse_spec"]
+
 # Kernel limits (event and group names: kernel/definition.py). Argument names: refused when
 # len > MAX_ARG_NAME_LEN.
 MAX_ARG_NAME_LEN = 32
