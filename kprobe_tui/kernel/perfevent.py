@@ -52,9 +52,10 @@ COMM_IDS = struct.Struct("<II")  # pid, tid: then the NUL-terminated name
 # The mmap'd control page: data_head and data_tail (struct perf_event_mmap_page)
 DATA_HEAD, DATA_TAIL = 1024, 1032
 U64 = struct.Struct("<Q")
-# 64 pages (256 KiB) a CPU: a uprobe flood of ~100k events/s of ~64-byte samples fills it in ~40 ms,
-# about the reader's interval; KPROBE_TUI_PERF_PAGES changes it (a power of two).
-DEFAULT_PAGES = 64
+# 128 pages (512 KiB) a CPU, perf record's own default: what kernel.perf_event_mlock_kb (516 KiB a CPU
+# by default) lets any user lock. With 64, 400k hits of two programs lost 1.3-1.7 %; with 128, 0-0.25 %
+# (benchmarks/bench_student_reader.py); KPROBE_TUI_PERF_PAGES changes it (a power of two).
+DEFAULT_PAGES = 128
 MAX_PAGES = 1 << 14
 PARANOID = "/proc/sys/kernel/perf_event_paranoid"
 
@@ -281,7 +282,12 @@ class TracepointSampler:
             if fd is None:
                 continue
             self.ring_fds[cpu] = fd
-            self.rings[cpu] = Ring(fd, cpu, self.pages)
+            try:
+                self.rings[cpu] = Ring(fd, cpu, self.pages)
+            except OSError as exc:
+                raise UserError(f"cannot map a ring buffer of {self.pages} pages on CPU {cpu}: {exc.strerror}",
+                                "kernel.perf_event_mlock_kb bounds the pages each user may lock (516 KiB a CPU by "
+                                "default): set KPROBE_TUI_PERF_PAGES to a smaller power of two") from None
             self.poller.register(fd, select.POLLIN)
 
     @staticmethod

@@ -73,12 +73,12 @@ def paranoid_minus_one():
         set_paranoid(before)
 
 
-def as_student(student, directory: Path, *command: str) -> subprocess.Popen:
+def as_student(student, directory: Path, *command: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     """``command`` as the student: its uid and group, no other group, CAP_DAC_READ_SEARCH only (ambient)."""
     return subprocess.Popen(["setpriv", f"--reuid={student[0]}", f"--regid={student[1]}", "--clear-groups",
                              "--inh-caps=-all,+dac_read_search", "--ambient-caps=+dac_read_search", *command],
                             cwd=directory, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "HOME": str(directory), "PYTHONPATH": str(PROJECT)})
+                            env={**os.environ, "HOME": str(directory), "PYTHONPATH": str(PROJECT), **(env or {})})
 
 
 def tail_as_student(student, directory: Path, *args: str) -> subprocess.Popen:
@@ -226,3 +226,12 @@ def test_the_events_screen_in_lab_mode_follows_through_the_student_reader(studen
     assert seen["filtered"] and seen["paused_count"] == CALLS + 3 and "PAUSED" in seen["paused_status"]
     assert not [name for name in os.listdir(tracefs_root / "instances") if name.startswith(f"kptui_{seen['pid']}")]
     assert (tracefs_root / f"events/{GROUP}/hit/filter").read_text() == filter_before
+
+
+def test_a_ring_size_that_is_not_a_power_of_two_is_a_clean_refusal(student, lab, paranoid_minus_one):
+    directory, _ = lab
+    done = as_student(student, directory, sys.executable, "-m", "kprobe_tui", "tail", f"{GROUP}:hit", "--duration", "1",
+                      env={"KPROBE_TUI_PERF_PAGES": "100"})
+    _, err = done.communicate(timeout=60)
+    assert done.returncode == 2 and "KPROBE_TUI_PERF_PAGES='100': must be a power of two from 1 to 16384" in err, err
+    assert "Traceback" not in err
