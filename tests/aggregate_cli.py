@@ -83,3 +83,21 @@ LEN_VALUES = {value: VALUES_CALLS // 10 for value in range(-200, 800, 100)}
 def expected_len_buckets() -> dict:
     """log2 buckets of len = -200..700: (..., 0) 2 values, [0] 1, [64, 128) 1, [128, 256) 1, [256, 512) 3, [512, 1K) 2."""
     return {(None, 0): 20, (0, 1): 10, (64, 128): 10, (128, 256): 10, (256, 512): 30, (512, 1024): 20}
+
+
+def assert_summary_agrees_with_buckets(record: dict) -> None:
+    """count, min, max and sum of a record (and of each entry) fit the buckets beside them: the count is
+    theirs, the minimum in the lowest bucket hit, the maximum in the highest, the sum between the least
+    and the most those buckets can hold."""
+    for part in [record, *record.get("entries", [])]:
+        hit = [bucket for bucket in part["buckets"] if bucket["count"]]
+        assert part["count"] == sum(bucket["count"] for bucket in hit), part
+        lowest, highest = hit[0], hit[-1]
+        assert lowest["low"] is None or lowest["low"] <= part["min"], part
+        assert lowest["high"] is None or part["min"] < lowest["high"], part
+        assert highest["low"] is None or highest["low"] <= part["max"], part
+        assert highest["high"] is None or part["max"] < highest["high"], part
+        if all(bucket["low"] is not None and bucket["high"] is not None for bucket in hit):
+            least = sum(bucket["low"] * bucket["count"] for bucket in hit)
+            most = sum((bucket["high"] - 1) * bucket["count"] for bucket in hit)
+            assert least <= part["sum"] <= most, part

@@ -209,8 +209,11 @@ class KernelHistEngine(_InstanceOwner):
         for entry, hits in self._new_hits("latency", table):
             *by, bucket = entry.key  # by: comm (the synthetic event's string) or pid, in the model's order
             total = entry.values.get("lat", 0)
-            tally.cell(tuple(by)).add_grouped(bucket, hits, total - self._sums[entry.key])
+            cell = tally.cell(tuple(by))
+            cell.add_grouped(bucket, hits, total - self._sums[entry.key])
             self._sums[entry.key] = total
+            if bucket == 0:  # lat1.log2 of 0 holds latency 0 alone, which the min tracker never saves (below)
+                cell.extend(0, None)
         for tracker, token in old:
             is_high = tracker.variables[0][1] == "lat"
             found = next((t for t in tables if tracker.matches(t)), None)

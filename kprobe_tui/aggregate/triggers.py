@@ -19,7 +19,8 @@ What the guests' kernels (Debian 6.1 and 6.12) taught, each checked there:
   and bpftrace's ``@start[tid]`` do; the outer returns are counted as ``unmatched`` by a second,
   plain trigger on the return event.
 * Minimum and maximum come from ``onmax()`` trackers (one ``save()`` per trigger: two triggers); the
-  minimum is the maximum of ``$ts - now`` (the latency negated, modulo 2^64). Variables cannot be
+  minimum is the maximum of ``$ts - now`` (the latency negated, modulo 2^64), except a latency of 0:
+  it negates to 0, never above the tracker's start, so the table's bucket 0 says it. Variables cannot be
   redefined (``:clear`` of a tracker fails "Variable already defined"), so each interval adds fresh
   trackers before the old ones are read and removed.
 * ``sort=`` on a modified key is refused ("Invalid sort modifier") and a ``sort=len`` shows as

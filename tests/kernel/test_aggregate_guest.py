@@ -21,8 +21,8 @@ from kprobe_tui.aggregate.run import AggregationRun
 from kprobe_tui.aggregate.targets import TargetBuilder
 from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.events import Events
-from tests.aggregate_cli import (LEN_VALUES, PROJECT, Aggregation, build, buckets, counts, expected_len_buckets,
-                                 run_workload)
+from tests.aggregate_cli import (LEN_VALUES, PROJECT, Aggregation, assert_summary_agrees_with_buckets, build, buckets,
+                                 counts, expected_len_buckets, run_workload)
 
 pytestmark = pytest.mark.kernel
 
@@ -157,6 +157,17 @@ def test_latency_and_histogram_of_vfs_read_by_comm_agree_across_engines(tracefs,
         [sized] = [e for e in records["hist", engine]["entries"] if e["key"]["comm"] == "kpt-reader"]
         assert (sized["count"], sized["min"], sized["max"]) == (READS, READ_SIZE, READ_SIZE), engine
         assert sized["buckets"] == [{"low": 2048, "high": 4096, "count": READS}], engine
+
+
+def test_latencies_of_zero_give_min_zero_and_a_summary_that_fits_the_buckets(tracefs, program):
+    """work() returns at once: in milliseconds nearly every call is 0 and some cross a tick (1), so the
+    minimum tracked as the largest negated latency (0 negates to 0) is wrong unless 0 is seen."""
+    run = _cli("latency", "-x", str(program), "work", "--unit", "ms", "--by", "comm", "--engine", "kernel")
+    run_workload(program, "flood", "3000")
+    record = run.final()
+    assert record["engine"] == "kernel" and record["count"] == 3000
+    assert record["min"] == 0 and buckets(record)[0, 1] > 0 and record["max"] >= 1, record
+    assert_summary_agrees_with_buckets(record)
 
 
 def test_sigterm_removes_triggers_synthetic_events_probes_and_instance(tracefs, program):

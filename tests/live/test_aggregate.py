@@ -18,8 +18,8 @@ import pytest
 from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.events import Events
 from kprobe_tui.kernel.tracefs import Tracefs
-from tests.aggregate_cli import (LEN_VALUES, PROJECT, Aggregation, build, buckets, counts, expected_len_buckets,
-                                 run_workload)
+from tests.aggregate_cli import (LEN_VALUES, PROJECT, Aggregation, assert_summary_agrees_with_buckets, build, buckets,
+                                 counts, expected_len_buckets, run_workload)
 
 pytestmark = pytest.mark.live
 
@@ -90,6 +90,15 @@ def test_latency_of_a_sleeping_function_lands_in_its_log2_bucket(program, clean)
     record = run.final()
     assert record["count"] == 3 and buckets(record) == {(32768, 65536): 3}
     assert 40_000 <= record["min"] <= record["avg"] <= record["max"] < 65536 and record["unit"] == "us"
+
+
+def test_latencies_of_zero_give_min_zero_and_a_summary_that_fits_the_buckets(program, clean):
+    """work() returns at once: in milliseconds nearly every call is 0 and a few cross a tick (1)."""
+    run = start(clean, "latency", "-x", str(program), "work", "--unit", "ms", "--by", "comm")
+    run_workload(program, "flood", "3000")
+    record = run.final()
+    assert record["count"] == 3000 and record["min"] == 0 and buckets(record)[0, 1] > 0
+    assert_summary_agrees_with_buckets(record)
 
 
 def test_latency_of_a_recursion_times_the_innermost_call(program, clean):
