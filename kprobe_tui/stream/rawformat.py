@@ -9,8 +9,9 @@ kernel's text of a probe event differs from its ``print fmt``, the text wins, be
 the text parser sees:
 
 - the probe site is printed ``(0x%lx)``, a return probe's ``(0x<return address> <- 0x<function>)``
-  (``print fmt`` says ``(%lx <- %lx)`` with the function first); this is a uprobe's site: a kprobe's
-  is printed as a symbol, which this module does not look up;
+  (``print fmt`` says ``(%lx <- %lx)`` with the function first); this is a uprobe's site: a kprobe's,
+  kretprobe's or fprobe's is named by kallsyms (``func+0x0/0x1a0``, stream/ksyms.py), as is a
+  ``symbol`` argument (``%pS``), when ``compile_format`` is given the kernel's symbols;
 - a probe's string argument that could not be read (length 0) is printed ``(fault)``, unquoted.
 
 A record that does not fit its format (cut short, of another event, a string outside it) raises
@@ -26,6 +27,7 @@ from operator import itemgetter
 from typing import Any, ClassVar, NamedTuple, cast
 
 from kprobe_tui.errors import UserError
+from kprobe_tui.stream.ksyms import KernelSymbols
 from kprobe_tui.stream.parser import Event
 
 FIELD = re.compile(r"^\s*field:\s*(?P<decl>[^;]+);\s*offset:(?P<offset>\d+);\s*size:(?P<size>\d+);\s*signed:(?P<signed>[01]);", re.M)
@@ -35,7 +37,7 @@ _ID = re.compile(r"^ID: (\d+)$", re.M)
 # A conversion of the kernel's printf that Python's % formats alike once the length modifier is
 # dropped; widths of at most 3 digits (a hostile ``%999999999d`` would build a gigabyte per event).
 _CONVERSION = re.compile(r"%(?:(?P<percent>%)|(?P<flags>[-+ 0]*)(?P<width>\d{0,3})(?P<precision>\.\d{1,3})?"
-                         r"(?:hh|h|ll|l|L|z|j|t)?(?P<conv>[diuxXcs])(?![a-zA-Z]))")
+                         r"(?:hh|h|ll|l|L|z|j|t)?(?P<conv>[diuxXcs]|pS)(?![a-zA-Z]))")
 _REC = re.compile(r"REC->(\w+)(?:\[(\d+)\])?")
 _GET_STR = re.compile(r"__get_str\((\w+)(?:\[(\d+)\])?\)")
 _ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\", "'": "'"}
@@ -219,8 +221,11 @@ class EventDecoder:
         return self._body % self._pick(values)
 
 
-def compile_format(text: str) -> EventDecoder:
-    """A decoder of the records of the event whose ``format`` file is ``text`` (UserError for what it cannot render)."""
+def compile_format(text: str, symbols: KernelSymbols | None = None) -> EventDecoder:
+    """A decoder of the records of the event whose ``format`` file is ``text`` (UserError for what it cannot render).
+
+    ``symbols``: the event is a kernel probe, whose site (and ``symbol`` arguments) the text names by kallsyms;
+    without them a probe's site is printed as a uprobe's, a number."""
     fmt = parse_format(text)
     probe = "__probe_ip" in fmt.fields or "__probe_ret_ip" in fmt.fields
     args = list(fmt.print_args)
@@ -260,15 +265,22 @@ def compile_format(text: str) -> EventDecoder:
             raise UserError(f"event {fmt.name} prints {arg!r}, which this decoder cannot render",
                             "tail it with the text reader")
         if number[1].startswith("__probe_"):
-            pieces.append("0x%x")
+            pieces.append("0x%x" if symbols is None else "%s")
+            # the kernel's own: the site with its offset, a return probe's function without
+            conv = "x" if symbols is None else "function" if number[1] == "__probe_func" else "site"
+        elif conv == "pS":
+            if symbols is None:
+                raise UserError(f"event {fmt.name} prints {arg} as a kernel symbol: its decoder needs kallsyms")
+            pieces.append(spec + "s")
         else:
             pieces.append(spec + ("d" if conv in "diu" else "s" if conv in "cs" else conv))
         wanted.append((number[1], int(number[2] or 0), conv, False))
     pieces.append(literal[at:].replace("%", "%%"))
-    return _assemble(fmt, "".join(pieces), wanted)
+    return _assemble(fmt, "".join(pieces), wanted, symbols)
 
 
-def _assemble(fmt: FormatFile, body: str, wanted: list[tuple[str, int, str, bool]]) -> EventDecoder:
+def _assemble(fmt: FormatFile, body: str, wanted: list[tuple[str, int, str, bool]],
+              symbols: KernelSymbols | None) -> EventDecoder:
     """One struct for every field printed, and where each argument is in its values."""
     layout = tuple((fmt.fields[name].offset, fmt.fields[name].size) for name in _COMMON)
     if layout != _HEADER_LAYOUT:
@@ -281,7 +293,7 @@ def _assemble(fmt: FormatFile, body: str, wanted: list[tuple[str, int, str, bool
         if index >= printed.elements:
             raise UserError(f"event {fmt.name} prints {name}[{index}] of {printed.elements}")
         if name not in slots:
-            slots[name] = _slot(fmt.name, printed, conv, quoted)
+            slots[name] = _slot(fmt.name, printed, conv, quoted, symbols)
     ordered = sorted(slots.values(), key=lambda slot: slot.field.offset)
     codes, first, end, unpacked = [f"<{HEADER.size}x"], {}, HEADER.size, 0
     for slot in ordered:
@@ -312,7 +324,11 @@ def _values(slot: _Slot) -> int:
     return 1 if slot.code.endswith("s") else slot.field.elements
 
 
-def _slot(event: str, field: FormatField, conv: str, quoted: bool) -> _Slot:
+def _slot(event: str, field: FormatField, conv: str, quoted: bool, symbols: KernelSymbols | None) -> _Slot:
+    if symbols is not None and conv in ("site", "function", "pS"):
+        if field.elements != 1:
+            raise UserError(f"event {event} prints its array {field.name} as kernel addresses")
+        return _Slot(field, _code(event, field, "x"), _symbol_reader(symbols, conv))
     if field.location:
         if conv != "s":
             raise UserError(f"event {event} prints its string {field.name} with %{conv}")
@@ -333,6 +349,16 @@ def _code(event: str, field: FormatField, conv: str) -> str:
         raise UserError(f"event {event}'s field {field.name} has {element}-byte values")
     code = _SIGNED_CODES[element] if conv in "di" else _SIGNED_CODES[element].upper()
     return f"{field.elements}{code}" if field.elements > 1 else code
+
+
+def _symbol_reader(symbols: KernelSymbols, conv: str) -> Callable[[bytes, Any], str]:
+    """Names a kernel address: a probe's site (``site``: with its offset, ``function``: without) or ``%pS``."""
+    offset = conv == "site"
+
+    def read(record: bytes, address: int) -> str:
+        return symbols.pointer(address) if conv == "pS" else symbols.site(address, offset)
+
+    return read
 
 
 def _char(record: bytes, value: int) -> str:

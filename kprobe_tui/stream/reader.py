@@ -28,6 +28,7 @@ from typing import NamedTuple, Protocol
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.instance import Instance
 from kprobe_tui.stream.comms import UNKNOWN_COMM, CommNames
+from kprobe_tui.stream.ksyms import KernelSymbols
 from kprobe_tui.stream.parser import Event, LineParser
 from kprobe_tui.stream.rawformat import HEADER, EventDecoder, RecordError, compile_format
 from kprobe_tui.stream.rawpages import PageLayout, RawPages
@@ -169,8 +170,10 @@ class RawPagesSource:
     format decodes is kept raw and counted as garbled, as the text reader keeps a line it cannot parse.
     """
 
-    def __init__(self, instance: Instance, decoders: dict[int, EventDecoder], tgids: bool) -> None:
+    def __init__(self, instance: Instance, decoders: dict[int, EventDecoder], tgids: bool,
+                 symbols: KernelSymbols) -> None:
         self.instance = instance
+        self.symbols = symbols
         self.path = str(instance.tracefs.path("per_cpu"))
         self.decoders = decoders
         self.tgids = tgids
@@ -231,7 +234,7 @@ class RawPagesSource:
             if target not in self._tried:
                 self._tried.add(target)
                 try:
-                    decoder = compile_format(self.instance.event_format(*target))
+                    decoder = compile_event(self.instance, *target, self.symbols)
                 except UserError:
                     continue  # its records are kept raw, counted as garbled
                 self.decoders.setdefault(decoder.id, decoder)
@@ -276,7 +279,7 @@ def choose_source(instance: Instance, events: list[tuple[str, str]]) -> tuple[Ev
         return TracePipeSource(instance), ""
 
     def option(name: str) -> bool:
-        return instance.tracefs.exists(f"options/{name}") and instance.tracefs.read(f"options/{name}").strip() == "1"
+        return _option(instance, name)
 
     try:
         if option("stacktrace") or option("userstacktrace"):
@@ -285,16 +288,34 @@ def choose_source(instance: Instance, events: list[tuple[str, str]]) -> tuple[Ev
         if clock not in NANOSECOND_CLOCKS:
             return TracePipeSource(instance), f"trace_clock {clock} is printed by the text trace_pipe only"
         decoders = {}
+        symbols = KernelSymbols()
         for group, event in events:
             try:
-                decoder = compile_format(instance.event_format(group, event))
+                decoder = compile_event(instance, group, event, symbols)
             except UserError as exc:
                 return TracePipeSource(instance), f"event {group}/{event} is read from the text trace_pipe: {exc.message}"
             decoders[decoder.id] = decoder
         PageLayout(instance.top.read("events/header_page"))
     except UserError as exc:
         return TracePipeSource(instance), f"reading the text trace_pipe: {exc.message}"
-    return RawPagesSource(instance, decoders, option("record-tgid")), ""
+    return RawPagesSource(instance, decoders, option("record-tgid"), symbols), ""
+
+
+def _option(instance: Instance, name: str) -> bool:
+    return instance.tracefs.exists(f"options/{name}") and instance.tracefs.read(f"options/{name}").strip() == "1"
+
+
+def compile_event(instance: Instance, group: str, event: str, symbols: KernelSymbols) -> EventDecoder:
+    """The decoder of one event's records (UserError when it cannot have one): a kernel probe's site named by
+    ``symbols``, as the text names it."""
+    text = instance.event_format(group, event)
+    probe = "__probe_ip;" in text or "__probe_func;" in text
+    if probe and not any(known.event == event and known.is_uprobe for known in instance.events.events_in(group)):
+        if _option(instance, "sym-addr"):
+            raise UserError("option sym-addr prints each site's address too")
+        symbols.check()
+        return compile_format(text, symbols)
+    return compile_format(text)
 
 
 class StreamReader(threading.Thread):

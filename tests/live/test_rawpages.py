@@ -242,3 +242,25 @@ def test_a_flood_that_overflows_the_buffer_loses_as_many_events_in_both_readers(
     assert text_lost > 0 and lost == text_lost  # the page headers count what the stats count
     assert as_printed(decoded) == printed
     assert max(update.lost for update in updates) == lost
+
+
+def test_an_event_the_decoder_cannot_print_is_read_from_the_text_and_the_reader_says_why_once(top):
+    instance = Instance(top)
+    instance.create()
+    updates: list[StreamUpdate] = []
+    try:
+        # sched_switch prints its prev_state with __print_flags, which the decoder does not render
+        reader = StreamReader(instance, EventStore(100), updates.append, interval=0.02,
+                              events=[("sched", "sched_switch")])
+        assert isinstance(reader.source, TracePipeSource)
+        assert reader.notice.startswith("event sched/sched_switch is read from the text trace_pipe: ")
+        reader.start()
+        time.sleep(0.3)
+        reader.stop()
+        instance.set_option("stacktrace", True)
+        stacks = StreamReader(instance, EventStore(100), updates.append, events=[(lifetime.run_name(), "none")])
+        assert isinstance(stacks.source, TracePipeSource) and stacks.notice == "stack traces are read from the text trace_pipe"
+    finally:
+        instance.remove()
+    notices = [update.notice for update in updates if update.notice]
+    assert notices == [reader.notice]  # in the first update only

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import struct
 
 import pytest
 
 from kprobe_tui.errors import UserError
+from kprobe_tui.stream.ksyms import KernelSymbols
 from kprobe_tui.stream.parser import Event, LineParser
 from kprobe_tui.stream.rawformat import RecordError, compile_format, latency_flags
 
@@ -184,3 +186,67 @@ def test_a_tracepoint_with_a_fixed_char_array_prints_by_its_print_fmt():
 def test_a_format_it_cannot_render_is_a_user_error_naming_it(change, complaint):
     with pytest.raises(UserError, match=complaint):
         compile_format(TRACEPOINT.replace(*change))
+
+
+KALLSYMS = (
+    "0000000000000000 A fixed_percpu_data\n"  # x86-64's per-CPU symbols start at 0, whoever reads them
+    "ffffffff81000000 T _stext\n"
+    "ffffffff81100000 T vfs_read\n"
+    "ffffffff81100000 t vfs_read_alias\n"  # of several symbols at one address, the first listed names it
+    "ffffffff811001a0 T vfs_write\n"
+    "ffffffff81200000 T __kretprobe_trampoline\n"
+    "ffffffff81200040 T ksys_read\n"
+    "ffffffff81200100 T ksys_write\n"
+    "ffffffffc0001040 t mod_next\t[mymod]\n"  # a module's symbols come unsorted
+    "ffffffffc0001000 t mod_fn\t[mymod]\n"
+)
+KPROBE_FORMAT = """name: vr
+ID: 2400
+format:
+\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
+\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;
+\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;
+\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;
+
+\tfield:unsigned long __probe_ip;\toffset:8;\tsize:8;\tsigned:0;
+\tfield:u32 count;\toffset:16;\tsize:4;\tsigned:0;
+\tfield:u64 caller;\toffset:20;\tsize:8;\tsigned:0;
+
+print fmt: "(%lx) count=%u caller=%pS", REC->__probe_ip, REC->count, REC->caller
+"""
+KRETPROBE_FORMAT = HITR_FORMAT.replace("name: hitr", "name: vrr")
+
+
+@pytest.fixture
+def symbols(tmp_path) -> KernelSymbols:
+    (tmp_path / "kallsyms").write_text(KALLSYMS)
+    return KernelSymbols(str(tmp_path / "kallsyms"))
+
+
+def test_kernel_addresses_are_named_as_the_kernel_names_them(symbols):
+    assert symbols.site(0xFFFFFFFF81100000, offset=True) == "vfs_read+0x0/0x1a0"
+    assert symbols.site(0xFFFFFFFF81100008, offset=False) == "vfs_read"
+    assert symbols.site(0xFFFFFFFFC0001008, offset=True) == "mod_fn+0x8/0x40 [mymod]"
+    assert symbols.site(0xFFFFFFFF81200000, offset=True) == "[unknown/kretprobe'd]"
+    assert (symbols.site(0, offset=True), symbols.site(0x10, offset=True), symbols.pointer(0x10)) == ("0", "0x00000010", "0x10")
+
+
+def test_a_kernel_probe_prints_its_site_and_symbol_arguments_by_kallsyms(symbols):
+    record = struct.pack("<HBBiQIQ", 2400, 0, 0, 7, 0xFFFFFFFF81100000, 5, 0xFFFFFFFF8120006D)
+    assert compile_format(KPROBE_FORMAT, symbols).decode(record, 1.0, 0, "cat").body == \
+        "(vfs_read+0x0/0x1a0) count=5 caller=ksys_read+0x2d/0xc0"
+    ret = struct.pack("<HBBiQQiQ", 2326, 0, 0, 7, 0xFFFFFFFF81100000, 0xFFFFFFFF81200050, -14, 0x10)
+    assert compile_format(KRETPROBE_FORMAT, symbols).decode(ret, 1.0, 0, "cat").body == \
+        "(ksys_read+0x10/0xc0 <- vfs_read) ret=-14 r2=0x10"
+
+
+def test_a_table_whose_addresses_the_kernel_hides_is_refused(symbols, tmp_path):
+    symbols.check()
+    (tmp_path / "kallsyms").write_text(re.sub(r"^f+[0-9a-f]+", "0000000000000000", KALLSYMS, flags=re.M))
+    with pytest.raises(UserError, match="shows no addresses"):
+        symbols.check()
+
+
+def test_a_symbol_argument_without_kallsyms_is_refused():
+    with pytest.raises(UserError, match="as a kernel symbol"):
+        compile_format(KPROBE_FORMAT)
