@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -183,14 +184,13 @@ def bench_replay(total: int, baselines: list[str]) -> list[str]:
                  + "".join(f" {revision + ' fast':>14}" for revision in olds) + "   (general: an Event per line)")]
     for name, model, roles, captured in cases:
         data = blocks(replay_lines(total, captured, latency=model.kind == "latency"))
-        makers = {"fast": lambda: StreamAggregator(model, roles, arguments, fast=True)}
+        makers = {"fast": partial(StreamAggregator, model, roles, arguments, fast=True)}
         for revision, (old_class, old_role) in olds.items():
             old_roles = [old_role(role.event, role.label, role.role) for role in roles]
-            makers[revision] = (lambda old_class=old_class, old_roles=old_roles:
-                                old_class(model, old_roles, arguments, fast=True))
+            makers[revision] = partial(old_class, model, old_roles, arguments, fast=True)
         measured = rates(makers, data, total, 5)
         fast = measured["fast"]
-        general = rates({"general": lambda: StreamAggregator(model, roles, arguments, fast=False)}, data, total, 2)
+        general = rates({"general": partial(StreamAggregator, model, roles, arguments, fast=False)}, data, total, 2)
         row = f"   {name:<22} {fast:>12,.0f} {general['general']:>13,.0f}"
         row += "".join(f" {measured[revision]:>14,.0f}" for revision in olds)
         row += "".join(f"   = {fast / measured[revision]:.2f} x {revision}" for revision in olds)

@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "debuginfo"))
 
-from kernel_debug import ensure_kernel_debug, skip_reason
+from kernel_debug import ensure_kernel_debug, skip_reason  # noqa: E402  (found through the sys.path above)
 
 LIBPYTHON = Path("/root/.pyenv/versions/3.11.7/lib/libpython3.11.so.1.0")
 LIBPYTHON_FUNCTIONS = [

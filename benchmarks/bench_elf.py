@@ -31,6 +31,7 @@ import struct
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from kprobe_tui.debuginfo.locate import ElfSections
@@ -238,11 +239,11 @@ def main() -> None:
         big = path.stat().st_size > 200 << 20  # pyelftools' own symbol objects take seconds there: timed once
         starts = sorted(value for _, value in FunctionSymbols(ElfFile(path)).names())
         probes = [starts[i * len(starts) // 1000] + 1 for i in range(1000)] if starts else []
-        cases = [("section table", lambda: old_sections(path), lambda: new_sections(path), False),
-                 ("DWARF by address", lambda: old_dwarf_symbols(path, probes), lambda: new_dwarf_symbols(path, probes), False),
-                 ("kernel globals", lambda: old_data_symbols(path), lambda: new_data_symbols(path), True),
-                 ("uprobe functions", lambda: old_uprobe_functions(path), lambda: new_uprobe_functions(path), True),
-                 ("browser list", lambda: old_browser_list(path), lambda: binary._read_function_symbols(path), False)]
+        cases = [("section table", partial(old_sections, path), partial(new_sections, path), False),
+                 ("DWARF by address", partial(old_dwarf_symbols, path, probes), partial(new_dwarf_symbols, path, probes), False),
+                 ("kernel globals", partial(old_data_symbols, path), partial(new_data_symbols, path), True),
+                 ("uprobe functions", partial(old_uprobe_functions, path), partial(new_uprobe_functions, path), True),
+                 ("browser list", partial(old_browser_list, path), partial(binary._read_function_symbols, path), False)]
         for label, old, new, slow in cases:
             before = after = float("inf")
             for turn in range(1 if big and slow else args.repeat):

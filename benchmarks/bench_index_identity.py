@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 from kprobe_tui.debuginfo.index import file_identity
@@ -57,8 +58,8 @@ def main() -> None:
     print(f"reference: a warm `kprobe-tui vars -x probed count_ready` {show(reference)}")
     print(f"{'file':48} {'size':>9} {'stat identity':>14} {'sha1 of .debug_*':>17}")
     for path in files:
-        stat_cost = timed(lambda: file_identity(path), 2000)
-        hash_cost = timed(lambda: dwarf_digest(path), 3 if path.stat().st_size > 100 << 20 else 20)
+        stat_cost = timed(partial(file_identity, path), 2000)
+        hash_cost = timed(partial(dwarf_digest, path), 3 if path.stat().st_size > 100 << 20 else 20)
         print(f"{str(path)[-48:]:48} {path.stat().st_size >> 20:7} MB {show(stat_cost):>14} {show(hash_cost):>17}")
 
 

@@ -36,7 +36,7 @@ def wall(argv: list[str], repeat: int) -> float:
     runs = []
     for _ in range(repeat):
         start = time.perf_counter()
-        subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+        subprocess.run(argv, capture_output=True, check=False)
         runs.append(time.perf_counter() - start)
     return statistics.median(runs)
 

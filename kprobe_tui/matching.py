@@ -9,8 +9,8 @@ Matching is smart-case: all-lowercase queries ignore case.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 MODES = ("substring", "glob", "fuzzy")
 
@@ -49,7 +49,7 @@ class Matcher:
     mode: str  # one of MODES
 
     @classmethod
-    def for_query(cls, query: str, mode: str = "auto") -> "Matcher":
+    def for_query(cls, query: str, mode: str = "auto") -> Matcher:
         if mode == "auto":
             mode = "glob" if any(c in query for c in "*?[") else "substring"
         if mode not in MODES:
@@ -81,7 +81,7 @@ class Matcher:
             return r"\S*?" + re.escape(self.query) + r"\S*"
         raise ValueError(f"no name regex for {self.mode} matching")
 
-    def narrows(self, previous: "Matcher | None") -> bool:
+    def narrows(self, previous: Matcher | None) -> bool:
         """True when every match of self is also a match of ``previous`` (so filter its result)."""
         if previous is None or previous.mode != self.mode or previous.ignore_case != self.ignore_case:
             return False

@@ -14,7 +14,6 @@ from kprobe_tui.commands.aggregation import OPTIONS as AGGREGATION_OPTIONS
 from kprobe_tui.commands.aggregation import add_common, builder, check_times, run_aggregation
 from kprobe_tui.errors import UserError
 
-
 OPTIONS = AGGREGATION_OPTIONS
 
 

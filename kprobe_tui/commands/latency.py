@@ -19,7 +19,6 @@ from kprobe_tui.commands.aggregation import OPTIONS as AGGREGATION_OPTIONS
 from kprobe_tui.commands.aggregation import add_common, builder, check_times, run_aggregation
 from kprobe_tui.commands.count import parse_keys
 
-
 OPTIONS = AGGREGATION_OPTIONS
 
 

@@ -7,7 +7,6 @@ import sys
 
 from kprobe_tui.textsafe import printable
 
-
 # The debug info to read: a program's (-x), the kernel's (-k, or found), a module's (-m); -s: where the source is.
 OPTIONS = frozenset({"binary", "vmlinux", "module", "source_dir"})
 

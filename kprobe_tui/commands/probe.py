@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.perfprobe import args as perfargs
-from kprobe_tui.perfprobe.args import EEXIST, EINVAL, ENOENT, E2BIG, PerfCommand, PerfError, PerfUsageError
+from kprobe_tui.perfprobe.args import E2BIG, EEXIST, EINVAL, ENOENT, PerfCommand, PerfError, PerfUsageError
 from kprobe_tui.textsafe import printable
 
 OPTIONS = frozenset({"binary", "vmlinux", "module", "source_dir"})

@@ -13,7 +13,6 @@ from kprobe_tui.commands.lines import OPTIONS as LINES_OPTIONS
 from kprobe_tui.commands.lines import open_target
 from kprobe_tui.errors import UserError
 
-
 OPTIONS = LINES_OPTIONS
 
 

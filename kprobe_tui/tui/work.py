@@ -25,8 +25,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from textual.dom import DOMNode
+from textual.app import App
 from textual.timer import Timer
+from textual.widget import Widget
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from kprobe_tui.errors import UserError
@@ -37,7 +38,7 @@ _DONE = (WorkerState.SUCCESS, WorkerState.ERROR, WorkerState.CANCELLED)
 class Background:
     """Lanes of thread workers owned by ``node`` (their workers end with it)."""
 
-    def __init__(self, node: DOMNode) -> None:
+    def __init__(self, node: App | Widget) -> None:
         self.node = node
         self._generations: dict[str, int] = {}
         self._workers: dict[str, Worker] = {}

@@ -146,7 +146,7 @@ def test_corrupt_btf(real_btf, tmp_path):
     assert refused >= 3
     # and through the CLI, where --btf names the file
     path = tmp_path / "vmlinux"
-    for index in range(5):
+    for _ in range(5):
         path.write_bytes(flipped(real_btf, [(0, 24)], rng, 3))
         code, err = cli("--btf", str(path), "--kallsyms", str(path), "funcs", "--json", "vfs_read")
         assert code in (0, 2) and "internal error" not in err, err

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from elftools.dwarf.abbrevtable import AbbrevTable
 
-from kprobe_tui.debuginfo.lineprogram import decode_line_rows
 from kprobe_tui.debuginfo import locate
+from kprobe_tui.debuginfo.lineprogram import decode_line_rows
 from kprobe_tui.debuginfo.scope import open_debuginfo
 
 LIBPYTHON = Path("/root/.pyenv/versions/3.11.7/lib/libpython3.11.so.1.0")

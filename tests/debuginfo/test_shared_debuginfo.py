@@ -45,6 +45,12 @@ def answers(info: DebugInfo, order: list[str]) -> dict[str, str]:
     return found
 
 
+def ask(info: DebugInfo, specs: list[str], index: int, results: list[dict[str, str]]) -> None:
+    """One thread's questions, in an order of its own (``index``), answered into ``results[index]``."""
+    order = specs[index:] + specs[:index] if index % 2 else specs[::-1]
+    results[index] = answers(info, order)
+
+
 def test_questions_asked_from_several_threads_get_the_answers_asked_from_one(programs, tmp_path, monkeypatch):
     binary = programs[("O2", 5)]
     located = find_binary_debuginfo(str(binary), None)
@@ -54,12 +60,7 @@ def test_questions_asked_from_several_threads_get_the_answers_asked_from_one(pro
         monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / f"cache{round_}"))  # nothing answered from an index
         info = DebugInfo(located)  # cold: every answer is read from the file
         results: list[dict[str, str]] = [{} for _ in range(THREADS)]
-
-        def ask(index: int) -> None:
-            order = specs[index:] + specs[:index] if index % 2 else specs[::-1]
-            results[index] = answers(info, order)
-
-        threads = [threading.Thread(target=ask, args=(index,)) for index in range(THREADS)]
+        threads = [threading.Thread(target=ask, args=(info, specs, index, results)) for index in range(THREADS)]
         for thread in threads:
             thread.start()
         for thread in threads:

@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
-
 from harness import IN_GUEST_ENV
+
 from kprobe_tui.kernel.sources import KernelSources, locate
 from kprobe_tui.kernel.tracefs import Tracefs
 

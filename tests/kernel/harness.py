@@ -39,9 +39,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import TextIO
 
 PROJECT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("KPROBE_TUI_KERNEL_CACHE", "/var/cache/kprobe-tui/kernels"))

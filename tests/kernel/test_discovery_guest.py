@@ -6,8 +6,8 @@ import os
 import re
 
 import pytest
-
 from guestlib import run_cli
+
 from kprobe_tui.kernel.btf import Btf
 from kprobe_tui.kernel.capabilities import detect
 from kprobe_tui.kernel.catalog import Catalog, Status

@@ -11,9 +11,8 @@ import os
 import re
 import sys
 
-import pytest
-
 import harness
+import pytest
 
 
 class _Tee(io.TextIOBase):

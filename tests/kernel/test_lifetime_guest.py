@@ -4,14 +4,14 @@ and what SIGKILL leaves is found and removed by ``kprobe-tui cleanup``."""
 from __future__ import annotations
 
 import signal
-from collections import Counter
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
-
 from guestlib import run_cli
 from harness import PROJECT
+
 from kprobe_tui.kernel.events import Events
 from kprobe_tui.kernel.tracefs import KernelRefused
 from kprobe_tui.probes.rawfetch import compile_raw

@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from guestlib import Tail, run_cli
 from harness import PROJECT
+
 from kprobe_tui.kernel.events import Events
 
 sys.path.insert(0, str(PROJECT / "tests" / "debuginfo"))

@@ -6,8 +6,8 @@ import os
 import signal
 
 import pytest
-
 from guestlib import Tail, run_cli, trigger_open
+
 from kprobe_tui.kernel.events import Events
 
 pytestmark = pytest.mark.kernel

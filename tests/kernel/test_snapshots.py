@@ -13,7 +13,6 @@ import sys
 import tarfile
 
 import pytest
-
 from harness import KERNELS, PROJECT, SNAPSHOTS
 
 

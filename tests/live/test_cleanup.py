@@ -8,12 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_uprobes import build, top  # noqa: F401  (top is a fixture)
 
 from kprobe_tui.cli import main as cli_main
 from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.events import OTHER_RUN, Events
-
-from test_uprobes import build, top  # noqa: F401  (top is a fixture)
 
 pytestmark = pytest.mark.live
 

@@ -16,13 +16,12 @@ from pathlib import Path
 
 import psutil
 import pytest
+from test_uprobes import build, top  # noqa: F401  (top is a fixture)
 
 from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.events import OTHER_RUN, STALE, Events
 from kprobe_tui.kernel.tracefs import Tracefs
 from kprobe_tui.probes.symbols import ElfSymbols
-
-from test_uprobes import build, top  # noqa: F401  (top is a fixture)
 
 pytestmark = [
     pytest.mark.live,
@@ -99,13 +98,13 @@ def runs(tracefs_root):
     """Started runs; whatever a test leaves is killed and its objects removed by hand at the end."""
     started: list[Run] = []
     yield started
-    top = Tracefs(tracefs_root)
+    tracefs = Tracefs(tracefs_root)  # not "top": that name is the fixture imported above
     for run in started:
         run.kill()
         if (tracefs_root / "instances" / run.name).exists():
             os.rmdir(tracefs_root / "instances" / run.name)
         if run.leftovers()[0]:
-            top.write("uprobe_events", f"-:{run.name}/add3\n")
+            tracefs.write("uprobe_events", f"-:{run.name}/add3\n")
         lifetime.forget(run.name)
 
 

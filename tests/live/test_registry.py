@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_uprobes import build
 
 from kprobe_tui.cli import main as cli_main
 from kprobe_tui.kernel import lifetime
@@ -19,8 +20,6 @@ from kprobe_tui.kernel.events import OTHERS, PERSISTENT, Events
 from kprobe_tui.kernel.tracefs import Tracefs
 from kprobe_tui.probes.compile import compile_spec
 from kprobe_tui.probes.spec import parse_spec
-
-from test_uprobes import build
 
 pytestmark = pytest.mark.live
 GROUP = f"kptreg{os.getpid()}"  # a group of this test's own: others' tests run beside it

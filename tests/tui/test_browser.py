@@ -9,6 +9,7 @@ from kprobe_tui.kernel.sources import locate
 from kprobe_tui.tui.app import KprobeTui
 from kprobe_tui.tui.widgets.function_list import FunctionList
 
+
 async def _loaded(pilot) -> FunctionList:
     functions = pilot.app.screen.query_one(FunctionList)
     for _ in range(200):

@@ -24,6 +24,7 @@ from kprobe_tui.cli import build_parser
 from kprobe_tui.cli import main as cli_main
 from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.events import Events
+from kprobe_tui.kernel.snapshot import open_snapshot
 from kprobe_tui.kernel.sources import locate
 from kprobe_tui.kernel.tracefs import Tracefs
 from kprobe_tui.probes import guard
@@ -38,7 +39,6 @@ from kprobe_tui.tui.screens.events import EventsScreen
 from kprobe_tui.tui.widgets.function_list import FunctionList
 from kprobe_tui.tui.widgets.probe_preview import ProbePreview
 from kprobe_tui.tui.widgets.variable_tree import VariableTree
-from kprobe_tui.kernel.snapshot import open_snapshot
 from tests.tui.states import SNAPSHOT_61, until
 from tests.tui.uprobes import uprobes_on
 

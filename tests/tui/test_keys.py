@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 from textual import events
-from textual.widgets import Input
 from textual.keys import REPLACED_KEYS, _character_to_key, _get_unicode_name_from_key
+from textual.widgets import Input
 
 from kprobe_tui.kernel.sources import locate
 from kprobe_tui.probes.binary import BinaryCatalog

@@ -10,7 +10,6 @@ status lines whole.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 

@@ -23,8 +23,8 @@ from kprobe_tui.kernel.tracefs import Tracefs
 from kprobe_tui.probes.binary import BinaryCatalog
 from kprobe_tui.probes.symbols import ElfSymbols
 from kprobe_tui.tui.app import KprobeTui
-from kprobe_tui.tui.screens.events import EventsScreen
 from kprobe_tui.tui.screens.builder import EditBuilder
+from kprobe_tui.tui.screens.events import EventsScreen
 from kprobe_tui.tui.screens.probes import ProbesScreen
 from tests.tui.uprobes import uprobes_on
 

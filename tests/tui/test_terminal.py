@@ -7,14 +7,13 @@ Each test runs its own tmux server (a socket in its tmp_path), so nothing else's
 from __future__ import annotations
 
 import re
-import shutil
 import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.tmux_pane import Terminal, start_kprobe_tui
+from tests.tmux_pane import start_kprobe_tui
 
 SNAPSHOT_61 = Path(__file__).parents[1] / "fixtures" / "snapshots" / "debian-6.1.tar.gz"
 RESTORED = "0 1 0 0 0 0"  # main screen, cursor shown, no mouse reporting of any kind

@@ -11,12 +11,12 @@ import pytest
 
 from kprobe_tui.aggregate.model import Aggregation, Field
 from kprobe_tui.aggregate.targets import COMM_ARGUMENT, RETURN_MAXACTIVE, TargetBuilder, filter_arguments
-from kprobe_tui.textsafe import printable
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.events import OTHERS, STALE, THIS_RUN, instance_run, parse_definition
 from kprobe_tui.kernel.sources import KernelSources
 from kprobe_tui.kernel.triggers import scoped_name, scoped_run
+from kprobe_tui.textsafe import printable
 from tests.aggregate_cli import SOURCE
 
 GROUP = "kptui_1"

@@ -16,7 +16,8 @@ from kprobe_tui.probes.binary import BinaryCatalog
 PROJECT = Path(__file__).resolve().parents[2]
 COMMON = {"binary": ["-x", "/bin/true"], "vmlinux": ["-k", "/vmlinux"], "module": ["-m", "9p"], "source_dir": ["-s", "/src"],
           "snapshot": ["--snapshot", "/snap.tar.gz"], "kallsyms": ["--kallsyms", "/ks"], "btf": ["--btf", "/btf"]}
-COMMAND_WORDS = {"funcs": ["tcp_*"], "count": ["vfs_*"], "hist": ["vfs_read", "count"], "latency": ["vfs_read"], "lines": ["main"], "vars": ["main"], "list": [], "del": ["x*"], "tail": [],
+COMMAND_WORDS = {"funcs": ["tcp_*"], "count": ["vfs_*"], "hist": ["vfs_read", "count"], "latency": ["vfs_read"],
+                 "lines": ["main"], "vars": ["main"], "list": [], "del": ["x*"], "tail": [],
                  "doctor": [], "snapshot": ["out.tar.gz"], "cleanup": []}
 
 

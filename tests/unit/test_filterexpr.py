@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kprobe_tui.stream.filterexpr import (BoolOp, Compare, FilterError, Not, compile_filter, field_kinds, parse,
-                                          push_down)
+from kprobe_tui.stream.filterexpr import BoolOp, Compare, FilterError, Not, compile_filter, field_kinds, parse, push_down
 from kprobe_tui.stream.parser import LineParser
 from tests.conftest import FIXTURES
 
@@ -24,7 +23,7 @@ format:
 \tfield:s32 arr[];\toffset:37;\tsize:16;\tsigned:1;
 
 print fmt: "(%lx) n=%Ld nx=0x%Lx s=\\"%s\\" c='%c' arr={%d,%d,%d,%d}", REC->__probe_ip, REC->n, REC->nx, __get_str(s), REC->c, REC->arr[0], REC->arr[1], REC->arr[2], REC->arr[3]
-"""  # the format file of the captured ``ev`` (tests/fixtures/trace_lines/README.md)
+"""  # noqa: E501  the format file of the captured ``ev``, verbatim (tests/fixtures/trace_lines/README.md)
 
 
 def matching(text: str) -> list[tuple[str, int]]:

@@ -1,4 +1,5 @@
-"""ruff and mypy on the cores, as configured in pyproject.toml: a finding fails the suite.
+"""ruff on the package, the tests and the benchmarks, and mypy on the package, as configured in
+pyproject.toml: a finding fails the suite.
 
 Skipped only where the tool is not installed (``pip install -e '.[test]'`` installs both)."""
 
@@ -23,13 +24,13 @@ def tool(name: str) -> str:
     return path
 
 
-def test_ruff_finds_nothing_in_the_cores():
+def test_ruff_finds_nothing_in_the_package_tests_and_benchmarks():
     ran = subprocess.run([tool("ruff"), "check", "--no-cache", "--output-format", "concise"], cwd=ROOT,
                          capture_output=True, text=True)
     assert ran.returncode == 0, ran.stdout + ran.stderr
 
 
-def test_mypy_finds_nothing_in_the_cores():
+def test_mypy_finds_nothing_in_the_package():
     ran = subprocess.run([tool("mypy"), "--no-incremental", "--cache-dir", "/dev/null"], cwd=ROOT,
                          capture_output=True, text=True)
     assert ran.returncode == 0, ran.stdout + ran.stderr

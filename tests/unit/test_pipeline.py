@@ -22,7 +22,6 @@ from kprobe_tui.kernel.snapshot import open_snapshot
 from kprobe_tui.kernel.tracefs import Tracefs
 from kprobe_tui.probes import pipeline
 from kprobe_tui.probes.form import BuildRequest, build_preview
-from kprobe_tui.probes.spec import DEFAULT_PERSISTENT_GROUP
 
 C_PROGRAM = Path(__file__).parents[1] / "tui" / "c" / "builder_prog.c"
 SNAPSHOT = Path(__file__).parents[1] / "fixtures" / "snapshots" / "debian-6.1.tar.gz"
@@ -165,4 +164,4 @@ def test_an_unreadable_tracefs_is_an_error_only_when_creating(tmp_path):
     (tmp_path / "README").mkdir()  # read() fails: as tracefs does for a user who may not read it
     assert pipeline.ProbeTarget(Tracefs(tmp_path)).readme == ""
     with pytest.raises(UserError, match="cannot read"):
-        pipeline.ProbeTarget(Tracefs(tmp_path), strict=True).readme
+        pipeline.ProbeTarget(Tracefs(tmp_path), strict=True).readme  # noqa: B018  (reading it is what raises)

@@ -23,9 +23,9 @@ from kprobe_tui.kernel.events import Events
 from kprobe_tui.kernel.instance import resolve_events
 from kprobe_tui.kernel.tracefs import KernelRefused, Tracefs, entry_for, parse_error_log
 from kprobe_tui.probes.compile import compile_spec
-from kprobe_tui.probes.rawfetch import compile_raw
 from kprobe_tui.probes.form import BuildRequest, build_preview
 from kprobe_tui.probes.pipeline import ProbeTarget
+from kprobe_tui.probes.rawfetch import compile_raw
 from kprobe_tui.probes.render import default_event_name, perf_hash, tracefs_commands
 from kprobe_tui.probes.spec import MAX_EVENT_NAME_LEN, check_group, check_name, parse_arg, parse_spec
 from kprobe_tui.stream import filterexpr

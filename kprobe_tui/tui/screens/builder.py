@@ -28,8 +28,8 @@ from textual.widgets import Button, Header, Input, Select, Static, Tree
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import capabilities, lifetime
-from kprobe_tui.kernel.sources import KernelSources
 from kprobe_tui.kernel.events import DynamicEvent
+from kprobe_tui.kernel.sources import KernelSources
 from kprobe_tui.probes import pipeline
 from kprobe_tui.probes.capture import VariableNode, children
 from kprobe_tui.probes.edit import EditTarget

@@ -87,7 +87,7 @@ class StatsScreen(Screen):
             app = self.app
             self.runner = StatsRunner(self.sources, lambda: app.is_running)
             self.work.run("runs", self.runner.loop, progress=self._news)
-            self._restart()
+            self._restart(self.runner)
         self._show()
 
     def on_unmount(self) -> None:
@@ -95,10 +95,10 @@ class StatsScreen(Screen):
         if self.runner is not None:
             self.runner.close()
 
-    def _restart(self) -> None:
+    def _restart(self, runner: StatsRunner) -> None:
         self._generation += 1
         self.sample, self.rates, self.choice, self.error, self.skipped = None, [], None, None, {}
-        self.runner.ask(self._generation, self.request)
+        runner.ask(self._generation, self.request)
         self._show()
 
     def _news(self, news: tuple) -> None:
@@ -172,7 +172,7 @@ class StatsScreen(Screen):
             return
         self.request = request
         if self.runner is not None:
-            self._restart()
+            self._restart(self.runner)
         self._show()
 
     def action_cycle(self, what: str) -> None:
