@@ -20,8 +20,9 @@ from kprobe_tui.aggregate.offer import Choice, KernelOffer, choose, detect
 from kprobe_tui.aggregate.result import Result, summarize
 from kprobe_tui.aggregate.tally import Tally
 from kprobe_tui.aggregate.targets import Targets
-from kprobe_tui.aggregate.user_engine import UserEngine
+from kprobe_tui.aggregate.user_engine import StudentEngine, UserEngine
 from kprobe_tui.errors import UserError
+from kprobe_tui.kernel import access
 from kprobe_tui.kernel.events import DynamicEvent, Events
 from kprobe_tui.kernel.profile import read_hits
 from kprobe_tui.kernel.tracefs import KernelRefused, Tracefs
@@ -41,12 +42,14 @@ class Sample:
         return self.interval.count / self.interval.seconds if self.interval.seconds > 0 else 0.0
 
 
-Engine = KernelHistEngine | ProfileEngine | UserEngine
+Engine = KernelHistEngine | ProfileEngine | UserEngine | StudentEngine
 
 
 class AggregationRun:
     def __init__(self, top: Tracefs, aggregation: Aggregation, targets: Targets, filter_text: str = "",
-                 engine: str = "auto", offer: KernelOffer | None = None) -> None:
+                 engine: str = "auto", offer: KernelOffer | None = None, existing: bool = False) -> None:
+        """``existing``: the targets are events that exist already (``user_engine.existing_targets``): none is
+        made or deleted, and a user without a trace instance counts them through perf_event_open."""
         if filter_text:
             filterexpr.parse(filter_text)  # a bad filter fails before anything is made
         self.top = top
@@ -54,6 +57,7 @@ class AggregationRun:
         self.targets = targets
         self.filter_text = filter_text
         self.requested = engine
+        self.existing = existing
         self.offer = offer or detect(top)
         self.choice: Choice | None = None
         self.engine: Engine | None = None
@@ -72,7 +76,8 @@ class AggregationRun:
     def start(self) -> Choice:
         """Create the probes, choose the engine (saying why) and start it; on failure nothing is left."""
         try:
-            self._create_probes()
+            if not self.existing:
+                self._create_probes()
             self.choice = choice = self._choose()
             self.engine = engine = self._engine(choice)
             try:
@@ -132,6 +137,12 @@ class AggregationRun:
         return refusal
 
     def _choose(self) -> Choice:
+        if self.existing:
+            reader = access.choose_reader(self.top.root)
+            if reader.kind == "perf":
+                return Choice("user", "perf", f"the events are sampled through perf_event_open and aggregated here: {reader.why}")
+            if not reader.kind:
+                raise UserError(f"cannot read the events here: {reader.why}", reader.hint)
         profile_only = (self.aggregation.kind == "count" and not self.filter_text
                         and all(key.name == "probe" for key in self.aggregation.keys))
         kinds = {target.probe.spec.is_uprobe for target in self.targets.items}
@@ -147,6 +158,8 @@ class AggregationRun:
             return ProfileEngine(self.top, self.aggregation, items)
         if choice.method == "hist":
             return KernelHistEngine(self.top, self.aggregation, items, arguments, self._conditions())
+        if choice.method == "perf":
+            return StudentEngine(self.top, self.aggregation, items, arguments, self.filter_text)
         return UserEngine(self.top, self.aggregation, items, arguments, self.filter_text)
 
     def _conditions(self) -> dict[str, str]:
@@ -186,7 +199,7 @@ class AggregationRun:
         """Hits of our kprobes the kernel missed since the last sample (kprobe_profile's third column: a
         kretprobe with every slot taken, a probe hit inside another probe's handler)."""
         kprobes = [f"{t.group}/{t.event}" for t in self.targets.items if not t.probe.spec.is_uprobe]
-        if not kprobes or choice.method == "profile":  # the profile engine counts its own
+        if not kprobes or choice.method in ("profile", "perf"):  # the profile engine counts its own; a student may not read kprobe_profile
             return 0
         hits = read_hits(self.top)
         missed = sum(hits[name].misses or 0 for name in kprobes if name in hits)

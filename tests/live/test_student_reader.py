@@ -235,3 +235,42 @@ def test_a_ring_size_that_is_not_a_power_of_two_is_a_clean_refusal(student, lab,
     _, err = done.communicate(timeout=60)
     assert done.returncode == 2 and "KPROBE_TUI_PERF_PAGES='100': must be a power of two from 1 to 16384" in err, err
     assert "Traceback" not in err
+
+
+def test_the_student_counts_and_histograms_the_administrators_event(student, lab, paranoid_minus_one, tracefs_root):
+    """count by comm and a histogram of n, with a filter on n the perf events apply, over the
+    administrator's probe (made by no one in this run): each equal to the calls the program made."""
+    directory, binary = lab
+    definitions_before = (tracefs_root / "dynamic_events").read_text()
+
+    def aggregate() -> dict:
+        from kprobe_tui.aggregate.model import Aggregation, Field
+        from kprobe_tui.aggregate.run import AggregationRun
+        from kprobe_tui.aggregate.user_engine import existing_targets
+        from kprobe_tui.kernel.sources import locate
+
+        top = locate(mount=False).tracing()
+        answers = {}
+        for name, model, filter_text in (("count", Aggregation("count", keys=(Field("comm"),)), ""),
+                                          ("hist", Aggregation("hist", value=Field("n")), "n >= 103")):
+            run = AggregationRun(top, model, existing_targets(top, [f"{GROUP}:hit"]), filter_text, existing=True)
+            choice = run.start()
+            try:
+                subprocess.run([str(binary), str(CALLS)], capture_output=True, check=True)
+                final = run.stop()
+            finally:
+                run.stop()
+            assert final is not None
+            answers[name] = {"engine": f"{choice.engine}/{choice.method}", "reason": choice.reason,
+                             "entries": [[list(e.key), e.count] for e in final.total.entries],
+                             "count": final.total.count, "sum": final.total.total.sum, "lost": final.total.lost,
+                             "kernel_filters": run.engine.kernel_filters if run.engine else None}
+        return answers
+
+    answers = as_user(student, aggregate, read_everything=True, home=directory)
+    assert answers["count"]["engine"] == "user/perf" and "sampled through perf_event_open" in answers["count"]["reason"]
+    assert answers["count"]["entries"] == [[["tvg"], CALLS]] and answers["count"]["lost"] == 0
+    kept = [n for n in range(100, 100 + CALLS) if n >= 103]
+    assert answers["hist"]["count"] == len(kept) and answers["hist"]["sum"] == sum(kept)
+    assert answers["hist"]["kernel_filters"] == {"hit": "n >= 103"}  # in the perf event, not here
+    assert (tracefs_root / "dynamic_events").read_text() == definitions_before  # nothing made, nothing deleted
