@@ -41,7 +41,8 @@ def student():
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    """The administrator's probe GROUP:hit, made with ``kprobe-tui probe`` on a program built here; deleted after."""
+    """The administrator's probes GROUP:hit and GROUP:hit__return, made with ``kprobe-tui probe`` on a program
+    built here; deleted after."""
     directory = tmp_path_factory.mktemp("student")
     os.chmod(directory, 0o777)
     binary = directory / "tvg"
@@ -50,7 +51,10 @@ def lab(tmp_path_factory):
     made = subprocess.run([sys.executable, "-m", "kprobe_tui", "probe", "-x", str(binary), "-g", GROUP, "hit", "n", "s:string"],
                           cwd=PROJECT, capture_output=True, text=True)
     assert made.returncode == 0, made.stderr
+    made = subprocess.run([sys.executable, "-m", "kprobe_tui", "probe", "-x", str(binary), "-g", GROUP, "hit%return", "$retval"],
+                          cwd=PROJECT, capture_output=True, text=True)
     try:
+        assert made.returncode == 0, made.stderr
         yield directory, binary
     finally:
         subprocess.run([sys.executable, "-m", "kprobe_tui", "probe", "-d", f"{GROUP}:*"], cwd=PROJECT, capture_output=True)
@@ -238,8 +242,9 @@ def test_a_ring_size_that_is_not_a_power_of_two_is_a_clean_refusal(student, lab,
 
 
 def test_the_student_counts_and_histograms_the_administrators_event(student, lab, paranoid_minus_one, tracefs_root):
-    """count by comm and a histogram of n, with a filter on n the perf events apply, over the
-    administrator's probe (made by no one in this run): each equal to the calls the program made."""
+    """count by comm, a histogram of n with a filter on n the perf events apply, and the latency from the
+    entry probe to the return probe, over the administrator's probes (made by no one in this run): each
+    equal to the calls the program made."""
     directory, binary = lab
     definitions_before = (tracefs_root / "dynamic_events").read_text()
 
@@ -252,8 +257,11 @@ def test_the_student_counts_and_histograms_the_administrators_event(student, lab
         top = locate(mount=False).tracing()
         answers = {}
         for name, model, filter_text in (("count", Aggregation("count", keys=(Field("comm"),)), ""),
-                                          ("hist", Aggregation("hist", value=Field("n")), "n >= 103")):
-            run = AggregationRun(top, model, existing_targets(top, [f"{GROUP}:hit"]), filter_text, existing=True)
+                                          ("hist", Aggregation("hist", value=Field("n")), "n >= 103"),
+                                          ("latency", Aggregation("latency", keys=(Field("comm"),), unit="ns"), "")):
+            events = [f"{GROUP}:hit", f"{GROUP}:hit__return"] if name == "latency" else [f"{GROUP}:hit"]
+            targets = existing_targets(top, events, latency=name == "latency")
+            run = AggregationRun(top, model, targets, filter_text, existing=True)
             choice = run.start()
             try:
                 subprocess.run([str(binary), str(CALLS)], capture_output=True, check=True)
@@ -273,4 +281,6 @@ def test_the_student_counts_and_histograms_the_administrators_event(student, lab
     kept = [n for n in range(100, 100 + CALLS) if n >= 103]
     assert answers["hist"]["count"] == len(kept) and answers["hist"]["sum"] == sum(kept)
     assert answers["hist"]["kernel_filters"] == {"hit": "n >= 103"}  # in the perf event, not here
+    # each call timed from its entry to its return, on the perf clock (a few microseconds under a uprobe each)
+    assert answers["latency"]["entries"] == [[["tvg"], CALLS]] and 0 < answers["latency"]["sum"] < CALLS * 10**7
     assert (tracefs_root / "dynamic_events").read_text() == definitions_before  # nothing made, nothing deleted
