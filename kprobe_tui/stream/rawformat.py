@@ -54,6 +54,7 @@ _COMMON = ("common_type", "common_flags", "common_preempt_count", "common_pid")
 # The common fields where every kernel since 2.6 puts them (checked per format): type, flags with the preempt
 # count above them (one int: the key of the flags column's cache), pid.
 HEADER = struct.Struct("<HHi")
+_ULONG_MAX = (1 << 64) - 1
 _HEADER_LAYOUT = ((0, 2), (2, 1), (3, 1), (4, 4))
 
 
@@ -219,6 +220,34 @@ class EventDecoder:
             for at, render in self._renders:
                 rendered[at] = render(record, rendered[at])
         return self._body % self._pick(values)
+
+
+class StackDecoder:
+    """The frames of a ``kernel_stack`` record (events/ftrace/kernel_stack), as the text prints them under its
+    event (``trace_stack_print``): each return address named (with its offset under the sym-offset option), up
+    to the record's end or the ULONG_MAX that ends a short stack."""
+
+    TRAMPOLINE = (1 << 31) - 1  # FTRACE_TRAMPOLINE_MARKER: a frame in an ftrace trampoline
+
+    def __init__(self, text: str, symbols: KernelSymbols, offset: bool) -> None:
+        ident = _ID.search(text)  # its print fmt is several C strings in a row, which parse_format refuses
+        fields = {field.name: field for field in (_field("kernel_stack", match) for match in FIELD.finditer(text))}
+        caller = fields.get("caller")
+        if ident is None or caller is None or caller.size // caller.elements != 8:
+            raise UserError("the kernel_stack event's format has no ID or no caller array of 8-byte addresses")
+        self.id = int(ident[1])
+        self._start = caller.offset
+        self._symbols = symbols
+        self._offset = offset
+
+    def frames(self, record: bytes) -> tuple[str, ...]:
+        count = max(0, (len(record) - self._start) // 8)
+        frames = []
+        for address in struct.unpack_from(f"<{count}Q", record, self._start):
+            if address == _ULONG_MAX:
+                break
+            frames.append("[FTRACE TRAMPOLINE]" if address == self.TRAMPOLINE else self._symbols.site(address, self._offset))
+        return tuple(frames)
 
 
 def compile_format(text: str, symbols: KernelSymbols | None = None) -> EventDecoder:

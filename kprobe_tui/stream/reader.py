@@ -30,7 +30,7 @@ from kprobe_tui.kernel.instance import Instance
 from kprobe_tui.stream.comms import UNKNOWN_COMM, CommNames
 from kprobe_tui.stream.ksyms import KernelSymbols
 from kprobe_tui.stream.parser import Event, LineParser
-from kprobe_tui.stream.rawformat import HEADER, EventDecoder, RecordError, compile_format
+from kprobe_tui.stream.rawformat import HEADER, EventDecoder, RecordError, StackDecoder, compile_format
 from kprobe_tui.stream.rawpages import PageLayout, RawPages
 from kprobe_tui.stream.store import EventStore
 
@@ -183,31 +183,52 @@ class RawPagesSource:
         self._comms: dict[int, str] = {}
         self._tgids: dict[int, int] = {}  # empty unless the instance records tgids
         self._names_read = 0.0  # when saved_cmdlines was read last (monotonic)
+        # Kernel stacks (the stacktrace option, switched on at any time): each a record of its own after its
+        # event's, which waits for it as the text reader's parser waits for the stack's lines.
+        self._stacks = _option(instance, "stacktrace")
+        self._stack: StackDecoder | None = None
+        try:
+            self._stack = StackDecoder(instance.top.read("events/ftrace/kernel_stack/format"), symbols,
+                                       _option(instance, "sym-offset"))
+        except UserError:
+            pass  # a stack record is then kept raw, counted as garbled
+        self._held: Event | None = None  # the newest event, while its stack may still come
 
     def open(self) -> list[int]:
         self.pages = RawPages(self.instance)
         return self.pages.fds()
 
     def read(self, deadline: float) -> SourceBatch:
+        """As the text reader's parser, the newest event waits for one more read while stacks are recorded: the
+        kernel commits a stack just after its event, and a read between the two must not part them."""
         assert self.pages is not None, "read before open"
-        events: list[Event] = []
+        events: list[Event] = [] if self._held is None else [self._held]
+        self._held, brought = None, False
         while True:
             records = self.pages.read()
             if records:
-                events += self._decode(records)
+                brought = True
+                self._decode(records, events)
             if self.pages.drained or time.monotonic() >= deadline:
-                return SourceBatch(events, b"")
+                break
+        if self._stacks and brought and events and events[-1].event:
+            self._held = events.pop()
+        return SourceBatch(events, b"")
 
-    def _decode(self, records: list[tuple[int, int, bytes]]) -> list[Event]:
+    def _decode(self, records: list[tuple[int, int, bytes]], events: list[Event]) -> None:
+        """Appends the events of ``records`` to ``events``; a stack goes to its event there."""
         if time.monotonic() - self._names_read > 1.0:
             self._read_names()  # a pid's name changes (exec) and pids are reused: the text shows the name of now
         decoders, comms, tgids = self.decoders, self._comms, self._tgids
         header = HEADER.unpack_from
-        events = []
+        stack_id = self._stack.id if self._stack is not None else -1
         for ns, cpu, record in records:
             ts = (ns + 500) // 1000 / 1_000_000  # rawpages.seconds(ns), inline: the call costs 50 ns an event
             try:
                 ident, flags, pid = header(record)
+                if ident == stack_id:
+                    self._attach_stack(events, cpu, record)
+                    continue
                 decoder = decoders.get(ident) or self._late_decoder(ident)
                 comm = comms.get(pid)
                 if comm is None:
@@ -221,7 +242,18 @@ class RawPagesSource:
                 events.append(self._garbled(ts, cpu, record, exc.message))
             except struct.error:
                 events.append(self._garbled(ts, cpu, record, f"a record of {len(record)} bytes"))
-        return events
+
+    def _attach_stack(self, events: list[Event], cpu: int, record: bytes) -> None:
+        """Gives the stack to its event, the newest of its CPU (a stack with no event before it is dropped, as
+        the text reader's parser drops its lines)."""
+        assert self._stack is not None, "a stack record without a stack decoder"
+        self._stacks = True
+        for at in range(len(events) - 1, -1, -1):
+            event = events[at]
+            if event.cpu == cpu:
+                if event.event and event.stack is None:
+                    events[at] = event._replace(stack=self._stack.frames(record))
+                return
 
     def _garbled(self, ts: float, cpu: int, record: bytes, why: str) -> Event:
         """A record kept raw, as the text reader keeps a line it cannot parse."""
@@ -248,7 +280,8 @@ class RawPagesSource:
             self._tgids = {pid: int(tgid) for pid, tgid in _saved_pairs(self.instance, "saved_tgids") if tgid.isdigit()}
 
     def flush(self) -> list[Event]:
-        return []  # a record is complete as read
+        held, self._held = self._held, None
+        return [] if held is None else [held]
 
     def lost(self) -> int:
         return self.pages.missed if self.pages is not None else 0
@@ -282,8 +315,8 @@ def choose_source(instance: Instance, events: list[tuple[str, str]]) -> tuple[Ev
         return _option(instance, name)
 
     try:
-        if option("stacktrace") or option("userstacktrace"):
-            return TracePipeSource(instance), "stack traces are read from the text trace_pipe"
+        if option("userstacktrace"):
+            return TracePipeSource(instance), "user stack traces are read from the text trace_pipe"
         clock = instance.tracefs.read("trace_clock").partition("[")[2].partition("]")[0]
         if clock not in NANOSECOND_CLOCKS:
             return TracePipeSource(instance), f"trace_clock {clock} is printed by the text trace_pipe only"

@@ -165,7 +165,7 @@ EVERY_TYPE = ["hit", "a=%di:u8", "b=%di:u16", "c=%di:u32", "d=%di:u64", "e=%di:s
 EVERY_RETURN = ["hit%return", "ret=$retval:s64", "rx=$retval:x32", "ru=$retval:u16"]
 
 
-def recorded_then_read(top: Tracefs, binary: Path, calls: int, buffer_kb: int | None = None):
+def recorded_then_read(top: Tracefs, binary: Path, calls: int, buffer_kb: int | None = None, stacktrace: bool = False):
     """Records the program on two CPUs at once with nobody reading, stops recording, takes the text the instance's
     ``trace`` prints and the lost count the text reader would give (stats), then drains the same buffer with the
     binary reader. Returns (text events, binary events, text lost, binary lost, the reader's updates)."""
@@ -173,7 +173,7 @@ def recorded_then_read(top: Tracefs, binary: Path, calls: int, buffer_kb: int | 
     probes = [compile_spec(parse_spec(words, binary=str(binary)), lifetime.run_name())[0]
               for words in (EVERY_TYPE, EVERY_RETURN)]
     instance = Instance(top)
-    instance.create(buffer_kb, {"record-tgid": True})  # as a tail makes it
+    instance.create(buffer_kb, {"record-tgid": True, "stacktrace": stacktrace})  # as a tail makes it
     created = []
     updates: list[StreamUpdate] = []
     try:
@@ -206,7 +206,7 @@ def recorded_then_read(top: Tracefs, binary: Path, calls: int, buffer_kb: int | 
 
 
 def as_printed(events) -> list[Event]:
-    return [event.printed() for event in events]
+    return [event.printed() if hasattr(event, "printed") else event for event in events]
 
 
 @pytest.fixture
@@ -244,6 +244,13 @@ def test_a_flood_that_overflows_the_buffer_loses_as_many_events_in_both_readers(
     assert max(update.lost for update in updates) == lost
 
 
+def test_kernel_stacks_come_with_their_events_as_the_text_gives_them(top, boxlab):
+    printed, decoded, *_ = recorded_then_read(top, boxlab, 40, stacktrace=True)
+    assert as_printed(decoded) == printed
+    dispatchers = {"hit": "uprobe_dispatcher", "hit__return": "uretprobe_dispatcher"}
+    assert all(dispatchers[event.event] in (event.stack or ()) for event in decoded)
+
+
 def test_an_event_the_decoder_cannot_print_is_read_from_the_text_and_the_reader_says_why_once(top):
     instance = Instance(top)
     instance.create()
@@ -257,9 +264,10 @@ def test_an_event_the_decoder_cannot_print_is_read_from_the_text_and_the_reader_
         reader.start()
         time.sleep(0.3)
         reader.stop()
-        instance.set_option("stacktrace", True)
+        instance.set_option("userstacktrace", True)
         stacks = StreamReader(instance, EventStore(100), updates.append, events=[(lifetime.run_name(), "none")])
-        assert isinstance(stacks.source, TracePipeSource) and stacks.notice == "stack traces are read from the text trace_pipe"
+        assert isinstance(stacks.source, TracePipeSource)
+        assert stacks.notice == "user stack traces are read from the text trace_pipe"
     finally:
         instance.remove()
     notices = [update.notice for update in updates if update.notice]
