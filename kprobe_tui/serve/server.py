@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import html
 import os
+import re
 import secrets
 import shlex
 import signal
@@ -28,18 +29,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kprobe_tui.errors import UserError
+from kprobe_tui.probes.guard import SERVED_BY
 from kprobe_tui.serve import tokens
 from kprobe_tui.textsafe import printable
 
 COOKIE = "kptui_login"
+EXTERNAL_STYLESHEET = re.compile(r'<link\s+rel="stylesheet"\s+href="https://[^"]*"\s*/>')
+LOCAL_FONT = '<style>@font-face{font-family:"Roboto Mono";src:url(/static/fonts/RobotoMono-VariableFont_wght.ttf)}</style>'
 # Seconds a session has to end by itself (its probes removed) after it is asked to, before SIGKILL.
 GRACE = 5.0
-# What a login may hold: each session is a kprobe-tui process (32-97 MiB measured), so one student's
-# hundred tabs would be the machine's memory.
-SESSIONS_PER_LOGIN = int(os.environ.get("KPROBE_TUI_SERVE_SESSIONS", "4"))
-LOGIN_SECONDS = 3600 * float(os.environ.get("KPROBE_TUI_SERVE_LOGIN_HOURS", "12"))
-# The environment variable a served session finds its relay in: "<server pid> <browser's address>".
-SERVED_BY = "KPROBE_TUI_SERVED_BY"
+# What a login may hold: each session is a kprobe-tui process (~104 MiB RSS, 93 MiB PSS measured by
+# benchmarks/bench_serve.py), so one student's hundred tabs would be the machine's memory.
+SESSIONS_PER_LOGIN = ("KPROBE_TUI_SERVE_SESSIONS", 4)
+# A login (its cookie) lasts a school day.
+LOGIN_HOURS = ("KPROBE_TUI_SERVE_LOGIN_HOURS", 12)
 
 
 @dataclass
@@ -135,6 +138,8 @@ class Classroom:
         self.public_url = public_url.rstrip("/") if public_url else None
         self.logins: dict[str, LoggedIn] = {}
         self.apps: set = set()  # every StudentApp running, to stop with the server
+        self.sessions_per_login = int(bound(*SESSIONS_PER_LOGIN))
+        self.login_seconds = 3600 * bound(*LOGIN_HOURS)
 
     def make_app(self):
         from aiohttp import web
@@ -185,12 +190,15 @@ class Classroom:
         if login is None:
             say(f"refused a login as {user!r} from {request.remote}")
             return await self.login_page(request, "unknown user or wrong token", 403)
+        now = time.time()
+        for key in [key for key, logged in self.logins.items() if logged.expires < now and not logged.sessions]:
+            del self.logins[key]
         key = secrets.token_urlsafe(32)
-        self.logins[key] = LoggedIn(login, time.time() + LOGIN_SECONDS)
+        self.logins[key] = LoggedIn(login, now + self.login_seconds)
         say(f"{user} logged in from {request.remote}")
         response = web.HTTPSeeOther("/teacher" if login.teacher and "teacher" in form else "/")
         response.set_cookie(COOKIE, key, httponly=True, samesite="Strict", secure=request.secure,
-                            max_age=int(LOGIN_SECONDS), path="/")
+                            max_age=int(self.login_seconds), path="/")
         return response
 
     async def index(self, request):
@@ -205,6 +213,9 @@ class Classroom:
         page = environment.get_template("app_index.html").render(
             font_size=16, app_websocket_url=f"{scheme}://{host}/ws", config={"static": {"url": "/static/"}},
             application={"name": "kprobe-tui"}, ping_url="")
+        # The template's web font comes from Google: served from textual-serve's own copy instead, a student's
+        # browser tells no third party where it is, and an offline lab's page does not wait for that fetch to fail.
+        page = EXTERNAL_STYLESHEET.sub(LOCAL_FONT, page)
         return web.Response(text=page, content_type="text/html")
 
     async def websocket(self, request):
@@ -216,8 +227,8 @@ class Classroom:
         logged = self.logged_in(request)
         if logged is None:
             raise web.HTTPForbidden(text="log in first")
-        if len(logged.sessions) >= SESSIONS_PER_LOGIN:
-            raise web.HTTPTooManyRequests(text=f"{SESSIONS_PER_LOGIN} sessions already open: close a tab "
+        if len(logged.sessions) >= self.sessions_per_login:
+            raise web.HTTPTooManyRequests(text=f"{self.sessions_per_login} sessions already open: close a tab "
                                                "(KPROBE_TUI_SERVE_SESSIONS sets the number)")
         socket = web.WebSocketResponse(heartbeat=15)
         await socket.prepare(request)
@@ -310,6 +321,18 @@ def _size(value, default: int) -> int:
     return number if 0 < number <= 1000 else default
 
 
+def bound(variable: str, default: float) -> float:
+    """A positive number from the environment (``default`` when unset), else a UserError naming it."""
+    text = os.environ.get(variable, "")
+    try:
+        value = float(text) if text else default
+    except ValueError:
+        value = -1
+    if not 0 < value < float("inf"):
+        raise UserError(f"{variable}={text!r} is not a positive number", f"unset it for {default}, or give a number above 0")
+    return value
+
+
 def say(message: str) -> None:
     print(f"kprobe-tui serve: {message}", flush=True)
 
@@ -339,7 +362,7 @@ async def serve(host: str, port: int, token_file: Path, tls, public_url: str | N
     """Listen until SIGTERM, SIGHUP or SIGINT; then every session is ended before the server exits."""
     from aiohttp import web
 
-    classroom = Classroom(token_file, public_url)
+    classroom = Classroom(token_file, public_url)  # the bounds refused before listening
     runner = web.AppRunner(classroom.make_app(), handle_signals=False, access_log=None)  # no request is logged
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=tls)

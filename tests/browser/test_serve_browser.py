@@ -4,7 +4,8 @@ Two throw-away Unix users log in with the tokens ``serve --add-token`` made; eac
 student's uid (read from the host's /proc), browse the kernel's functions and open one's source. A bad
 token, a page without a login and a page of another origin are refused; a closed tab, and a server killed
 with SIGKILL or SIGHUP, leave no kprobe-tui process. What the browser shows is read from the websocket's
-frames (the terminal draws on a canvas); ``screenshots/serve-source.png`` is taken here for the README.
+frames (the terminal draws on a canvas); ``screenshots/serve-source.png`` and ``serve-teacher.png`` are taken
+here for the README.
 """
 
 from __future__ import annotations
@@ -59,10 +60,10 @@ def kprobe_tui(*args: str) -> subprocess.CompletedProcess:
 class Server:
     """``kprobe-tui serve --port 0`` in a process group of its own; ``url`` once it listens."""
 
-    def __init__(self, token_file: Path) -> None:
+    def __init__(self, token_file: Path, **environ: str) -> None:
         self.process = subprocess.Popen([sys.executable, "-m", "kprobe_tui", "serve", "--tokens", str(token_file),
                                          "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                        cwd=PROJECT, start_new_session=True)
+                                        cwd=PROJECT, start_new_session=True, env={**os.environ, **environ})
         first = self.process.stdout.readline()
         found = re.search(r"listening on (http://127\.0\.0\.1:(\d+))/", first)
         assert found, first + self.process.stdout.read()
@@ -176,7 +177,6 @@ def test_two_students_each_run_as_their_own_uid_browse_and_open_source(browser, 
         opened = len(tab.frames)
         tab.keys("Enter")
         tab.wait_to_show("vfs_read(struct file", f"{user}'s source of vfs_read", since=opened)
-    SCREENSHOTS.mkdir(exist_ok=True)
     tabs[STUDENTS[0]].page.screenshot(path=str(SCREENSHOTS / "serve-source.png"))
     for user, tab in tabs.items():
         tab.close()
@@ -230,12 +230,31 @@ def test_the_teacher_sees_who_is_connected_and_the_probes_of_their_session(brows
         rows = teacher.page.locator("tr").all_inner_texts()
         row = next(r for r in rows if r.startswith(STUDENTS[0]))
         assert str(pid) in row and f"kptui_{pid}/served_probe" in row and "127.0.0.1" in row
+        teacher.page.screenshot(path=str(SCREENSHOTS / "serve-teacher.png"))
         student.page.goto(server.url + "/teacher")
         assert "needs a teacher's login" in student.page.content()
         teacher.close()
     finally:
         define(f"-:kptui_{pid}/served_probe")
     student.close()
+
+
+def test_a_login_holds_at_most_its_bound_of_sessions(browser, students):
+    made, token_file = students
+    uid, token = made[STUDENTS[0]]
+    server = Server(token_file, KPROBE_TUI_SERVE_SESSIONS="1")
+    try:
+        tab = Student(browser, server, STUDENTS[0], token)
+        wait_for(lambda: sessions(uid), "the first session")
+        cookie = "; ".join(f"{c['name']}={c['value']}" for c in tab.context.cookies())
+        assert handshake(server, origin=server.url, cookie=cookie) == 429
+        assert len(sessions(uid)) == 1
+        tab.close()
+        wait_for(lambda: not sessions(uid), "the session ended with its tab")
+        assert handshake(server, origin=server.url, cookie=cookie) == 101  # the login's place is free again
+    finally:
+        server.stop()
+    wait_for(lambda: not sessions(), "every session ended with the server")
 
 
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGHUP])
