@@ -177,7 +177,7 @@ class RawPagesSource:
         self.path = str(instance.tracefs.path("per_cpu"))
         self.decoders = decoders
         self.tgids = tgids
-        self.garbled = 0
+        self.kept_raw = 0  # records no format decodes
         self.pages: RawPages | None = None
         self._tried = set(instance.enabled)  # events whose format was compiled or refused
         self._comms: dict[int, str] = {}
@@ -193,6 +193,11 @@ class RawPagesSource:
         except UserError:
             pass  # a stack record is then kept raw, counted as garbled
         self._held: Event | None = None  # the newest event, while its stack may still come
+
+    @property
+    def garbled(self) -> int:
+        """Records kept raw, and pages whose records ran past their end (the rest of such a page is skipped)."""
+        return self.kept_raw + (self.pages.broken if self.pages is not None else 0)
 
     def open(self) -> list[int]:
         self.pages = RawPages(self.instance)
@@ -257,7 +262,7 @@ class RawPagesSource:
 
     def _garbled(self, ts: float, cpu: int, record: bytes, why: str) -> Event:
         """A record kept raw, as the text reader keeps a line it cannot parse."""
-        self.garbled += 1
+        self.kept_raw += 1
         return Event(ts, cpu, 0, None, "", "", "", f"{why}: {record[:64].hex()}")
 
     def _late_decoder(self, ident: int) -> EventDecoder | None:
