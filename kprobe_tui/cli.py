@@ -14,7 +14,7 @@ from kprobe_tui.textsafe import PrintableStream, printable
 
 # Each name is a module in kprobe_tui.commands with ``add_parser(subparsers)`` and ``run(args) -> int``.
 COMMANDS = ["funcs", "doctor", "snapshot", "lines", "vars", "tail", "count", "hist", "latency", "probe", "list",
-            "delete", "cleanup", "export", "serve"]
+            "delete", "cleanup", "export", "serve", "graph"]
 # The command name a module registers, where it is not the module's name.
 COMMAND_NAMES = {"delete": "del"}
 
@@ -104,6 +104,9 @@ TUI_OPTIONS = frozenset({"binary", "vmlinux", "source_dir"})
 # to the probes after it, one probe from the words after the options): what follows its name goes to
 # its own reader (perfprobe/args.py), with the options given before its name counted as given first.
 PERF_COMMANDS = frozenset({"probe"})
+# Commands that run a program given after ``--`` (as perf ftrace does): argparse, whose sub-commands
+# cannot take a ``--``, sees what comes before it; the program's words are ``args.program``.
+PROGRAM_COMMANDS = frozenset({"graph"})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,6 +129,10 @@ def _run(argv: list[str] | None, streams) -> int:
         args = parser.parse_args(argv[:at])
         args.command, args.words = argv[at], argv[at + 1 :]
         importlib.import_module(f"kprobe_tui.commands.{args.command}").prepare(args)
+    elif at is not None and argv[at] in PROGRAM_COMMANDS and "--" in argv[at:]:
+        dashes = argv.index("--", at)
+        args = parser.parse_args(argv[:dashes])
+        args.program = argv[dashes + 1:]
     else:
         args = parser.parse_args(argv)
     if args.command is None:

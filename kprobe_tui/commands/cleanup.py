@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kprobe_tui.kernel import sources
+from kprobe_tui.kernel import funcgraph, sources
 from kprobe_tui.kernel.events import Events
 
 
@@ -13,7 +13,8 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    events = Events(sources.from_args(args).tracing())
+    top = sources.from_args(args).tracing()
+    events = Events(top)
     if args.dry_run:
         for name in events.stale_instances():
             print(f"would remove instance {name}")
@@ -21,10 +22,13 @@ def run(args) -> int:
             print(f"would remove {event.full_name}")
         return 0
     instances, removed = events.cleanup()
+    graphs = funcgraph.restore_dead_runs(top)
+    for name in graphs:
+        print(f"gave back the function_graph tracer that {name} borrowed")
     for name in instances:
         print(f"removed instance {name}")
     for event in removed:
         print(f"removed {event.full_name}")
-    if not (instances or removed):
+    if not (instances or removed or graphs):
         print("nothing to clean up")
     return 0

@@ -1,0 +1,212 @@
+"""The kernel's function_graph tracer, borrowed for one run and given back as it was found.
+
+Why the top-level tracer and not an instance of our own: measured in the guests, a 6.1 instance
+offers only the ``function`` tracer, and a 6.12 instance has ``function_graph`` but no
+``set_graph_function`` (only the top level limits the graph to one function's calls). ``perf
+ftrace -G`` borrows the top level too. So a graph run refuses to start unless the tracer is idle
+(``nop``), records every setting it changes before changing it, restores them when the run ends
+(lifetime's undo: exit, exception, SIGTERM/SIGHUP/SIGINT), and leaves a record of them beside its
+run lock so that ``kprobe-tui cleanup`` restores them after a SIGKILL.
+
+Changing ``current_tracer`` clears the top-level ring buffer, as perf ftrace does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kprobe_tui.errors import UserError
+from kprobe_tui.files import write_atomic
+from kprobe_tui.kernel import lifetime
+from kprobe_tui.kernel.tracefs import KernelRefused, Tracefs
+
+GRAPH_TRACER = "function_graph"
+RECORD_SUFFIX = ".graph"  # beside the run's lock: the settings to restore after a SIGKILL
+MAX_RECORD = 1 << 16
+# The plain files we write, each restored from what it said before.
+# tracing_on too: perf ftrace leaves it at 0 when it ends (measured, perf 6.1 in the 6.1 guest).
+SETTING_FILES = ("set_graph_function", "max_graph_depth", "set_ftrace_pid", "set_ftrace_notrace_pid", "tracing_on")
+# Options we set: each call's task and pid (the call tree is per thread), the callee's name on "}"
+# lines (a call whose entry was lost is still named), interrupts only when asked.
+GRAPH_OPTIONS = ("funcgraph-proc", "funcgraph-tail", "funcgraph-irqs", "funcgraph-cpu", "funcgraph-duration",
+                 "funcgraph-abstime", "funcgraph-overhead", "function-fork")
+
+
+@dataclass(frozen=True)
+class GraphSettings:
+    function: str
+    depth: int  # max_graph_depth: calls this deep are shown as leaves (0: no limit)
+    pids: tuple[int, ...] = ()  # only these threads (set_ftrace_pid); () for every thread but ours
+    irqs: bool = False  # interrupt handlers inside the calls
+
+
+@dataclass
+class SavedState:
+    """What the top level said before we borrowed it."""
+
+    files: dict[str, str] = field(default_factory=dict)
+    options: dict[str, str] = field(default_factory=dict)
+
+
+class GraphTracer:
+    """``GraphTracer(top, settings).start()``, read ``trace_pipe``, ``stop()`` (or let undo do it)."""
+
+    def __init__(self, top: Tracefs, settings: GraphSettings) -> None:
+        self.top = top
+        self.settings = settings
+        self._undo_token: int | None = None
+        self._record: Path | None = None
+        self.pipe: int | None = None  # trace_pipe, opened non-blocking once the tracer is set
+
+    def start(self, our_threads: list[int]) -> None:
+        """Take the tracer and open its pipe; ``our_threads`` are never graphed (the golden rule: reading
+        trace_pipe calls vfs_read)."""
+        self._check_available()
+        saved = self._save()
+        self._record = _write_record(saved)
+        self._undo_token = lifetime.undo.push(f"the function_graph tracer ({self.settings.function})",
+                                              lambda: self._give_back(saved))
+        settings = self.settings
+        not_known = UserError(f"the kernel cannot graph {settings.function!r}: the function tracer does not know it",
+                              "name a function the function tracer knows: kprobe-tui funcs shows them")
+        try:
+            self.top.write("set_graph_function", settings.function, append=False)
+        except KernelRefused:
+            raise not_known from None
+        # 6.1 takes a name it does not know without a word and then graphs every function: read it back.
+        if settings.function not in self.top.read("set_graph_function").split():
+            raise not_known
+        self.top.write("max_graph_depth", str(settings.depth), append=False)
+        if settings.pids:
+            self.top.write("set_ftrace_pid", " ".join(map(str, settings.pids)), append=False)
+        elif self.top.exists("set_ftrace_notrace_pid"):
+            self.top.write("set_ftrace_notrace_pid", " ".join(map(str, our_threads)), append=False)
+        wanted = {"funcgraph-proc": True, "funcgraph-tail": True, "funcgraph-irqs": settings.irqs,
+                  "funcgraph-cpu": True, "funcgraph-duration": True, "funcgraph-abstime": False,
+                  "funcgraph-overhead": True, "function-fork": False}
+        for option, on in wanted.items():
+            if self.top.exists(f"options/{option}"):
+                self.top.write(f"options/{option}", "1" if on else "0", append=False)
+        self.top.write("current_tracer", GRAPH_TRACER, append=False)
+        self.top.write("tracing_on", "1", append=False)
+        # Only now: while trace_pipe is open the kernel refuses to change the tracer (EBUSY).
+        self.pipe = os.open(self.top.path("trace_pipe"), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+
+    def _give_back(self, saved: SavedState) -> None:
+        if self.pipe is not None:  # first: the tracer cannot be changed while its pipe is open
+            os.close(self.pipe)
+            self.pipe = None
+        restore(self.top, saved, self._record)
+
+    def stop(self) -> None:
+        if self._undo_token is not None:
+            lifetime.undo.run(self._undo_token)
+            self._undo_token = None
+
+    def _check_available(self) -> None:
+        top = self.top
+        if not top.writable:
+            raise UserError("cannot graph calls in a captured snapshot", "run on the live machine")
+        if GRAPH_TRACER not in top.read("available_tracers").split():
+            raise UserError("this kernel has no function_graph tracer (CONFIG_FUNCTION_GRAPH_TRACER)",
+                            "use count or latency on the function instead")
+        if not top.exists("set_graph_function"):
+            raise UserError("this kernel's tracefs has no set_graph_function", "the graph needs the top-level tracer")
+        current = top.read("current_tracer").strip()
+        if current != "nop":
+            raise UserError(f"the kernel's tracer is in use: current_tracer is {current!r}",
+                            "wait for whoever uses it (perf ftrace, trace-cmd, another graph) to finish; "
+                            "a leftover of a killed run: kprobe-tui cleanup")
+
+    def _save(self) -> SavedState:
+        saved = SavedState()
+        for name in SETTING_FILES:
+            if self.top.exists(name):
+                saved.files[name] = self.top.read(name)
+        for option in GRAPH_OPTIONS:
+            if self.top.exists(f"options/{option}"):
+                saved.options[option] = self.top.read(f"options/{option}").strip()
+        return saved
+
+
+def restore(top: Tracefs, saved: SavedState, record: Path | None) -> None:
+    """Give the tracer back: nop first (it stops graphing), then each setting as it was."""
+    top.write("current_tracer", "nop", append=False)
+    for name, text in saved.files.items():
+        top.write(name, _setting_text(name, text), append=False)
+    for option, value in saved.options.items():
+        top.write(f"options/{option}", value, append=False)
+    if record is not None:
+        try:
+            os.unlink(record)
+        except OSError:
+            pass
+
+
+def _setting_text(name: str, text: str) -> str:
+    """What to write back so the file reads as it did: the kernel shows empty lists in words."""
+    lines = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    if name in ("set_ftrace_pid", "set_ftrace_notrace_pid") and lines == ["no pid"]:
+        return ""
+    return " ".join(lines)
+
+
+def _write_record(saved: SavedState) -> Path | None:
+    """The settings beside our run lock, for cleanup after a SIGKILL; None where we have no lock directory."""
+    directory = lifetime.lock_dir(create=True)
+    if directory is None:
+        return None
+    path = directory / f"{lifetime.run_name()}{RECORD_SUFFIX}"
+    data = json.dumps({"boot": lifetime.boot_id(), "files": saved.files, "options": saved.options}).encode()
+    try:
+        write_atomic(path, lambda stream: stream.write(data), replace=True, what="graph tracer record")
+    except UserError:  # a read-only /run (a QEMU guest's): only a SIGKILL's leftovers stay for a person to mend
+        return None
+    return path
+
+
+def restore_dead_runs(top: Tracefs) -> list[str]:
+    """Give back the tracer that dead graph runs borrowed (``kprobe-tui cleanup``); their run names."""
+    directory = lifetime.lock_dir()
+    if directory is None:
+        return []
+    restored = []
+    for entry in sorted(os.listdir(directory)):
+        name = entry[:-len(RECORD_SUFFIX)]
+        if not entry.endswith(RECORD_SUFFIX) or not lifetime.is_stale(name):
+            continue
+        path = directory / entry
+        saved = _read_record(path)
+        if saved is not None and top.read("current_tracer").strip() == GRAPH_TRACER:
+            restore(top, saved, path)
+            restored.append(name)
+        else:  # another boot's, or the tracer was given back already: only the record goes
+            path.unlink(missing_ok=True)
+    return restored
+
+
+def _read_record(path: Path) -> SavedState | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode) or status.st_uid != os.geteuid():
+            return None
+        data = json.loads(os.read(fd, MAX_RECORD + 1)[:MAX_RECORD])
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+    if not isinstance(data, dict) or data.get("boot") != lifetime.boot_id():
+        return None
+    files, options = data.get("files"), data.get("options")
+    if not (isinstance(files, dict) and isinstance(options, dict)):
+        return None
+    return SavedState({k: v for k, v in files.items() if k in SETTING_FILES and isinstance(v, str)},
+                      {k: v for k, v in options.items() if k in GRAPH_OPTIONS and v in ("0", "1")})
