@@ -38,7 +38,7 @@ from tests.tmux_pane import Terminal  # noqa: E402
 
 USER = "kptuibench"
 CHROMIUM = "/usr/bin/chromium"
-VIEWPORT = {"width": 728, "height": 445}  # 80x24 cells of textual-serve's 16 px Roboto Mono (printed below)
+VIEWPORT = {"width": 728, "height": 510}  # 80x24 cells of textual-serve's 16 px Roboto Mono (printed below)
 WARM_UP = 2  # keys per session before the measured ones
 # In the page: the time of each keydown, and of the second frame after the first answer that follows it.
 PROBE = """
@@ -159,6 +159,7 @@ def bench_tmux(ids: tuple[int, int], count: int, keys: int) -> None:
     uid, gid = ids
     with tempfile.TemporaryDirectory() as scratch:
         terminals, pids = [], []
+        started = time.perf_counter()
         try:
             for n in range(count):
                 directory = Path(scratch) / str(n)
@@ -168,7 +169,6 @@ def bench_tmux(ids: tuple[int, int], count: int, keys: int) -> None:
                 terminals.append(terminal)
                 terminal.type(f"cd / && HOME=/ sh -c 'echo $$ > {directory}/pid; exec setpriv --reuid={uid} --regid={gid} "
                               f"--init-groups -- {sys.executable} -m kprobe_tui'")
-            started = time.perf_counter()
             for n, terminal in enumerate(terminals):
                 terminal.wait(lambda t=terminal: "LAB MODE" in t.screen(), "the TUI is up", 300)
                 pids.append(int((Path(scratch) / str(n) / "pid").read_text()))

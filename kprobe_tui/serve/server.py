@@ -197,7 +197,7 @@ class Classroom:
         self.logins[key] = LoggedIn(login, now + self.login_seconds)
         say(f"{user} logged in from {request.remote}")
         response = web.HTTPSeeOther("/teacher" if login.teacher and "teacher" in form else "/")
-        response.set_cookie(COOKIE, key, httponly=True, samesite="Strict", secure=request.secure,
+        response.set_cookie(COOKIE, key, httponly=True, samesite="Strict", secure=self.origin(request).startswith("https:"),
                             max_age=int(self.login_seconds), path="/")
         return response
 

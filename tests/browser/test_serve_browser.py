@@ -60,12 +60,12 @@ def kprobe_tui(*args: str) -> subprocess.CompletedProcess:
 class Server:
     """``kprobe-tui serve --port 0`` in a process group of its own; ``url`` once it listens."""
 
-    def __init__(self, token_file: Path, **environ: str) -> None:
+    def __init__(self, token_file: Path, *options: str, **environ: str) -> None:
         self.process = subprocess.Popen([sys.executable, "-m", "kprobe_tui", "serve", "--tokens", str(token_file),
-                                         "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                        cwd=PROJECT, start_new_session=True, env={**os.environ, **environ})
+                                         "--port", "0", *options], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True, cwd=PROJECT, start_new_session=True, env={**os.environ, **environ})
         first = self.process.stdout.readline()
-        found = re.search(r"listening on (http://127\.0\.0\.1:(\d+))/", first)
+        found = re.search(r"listening on (https?://127\.0\.0\.1:(\d+))/", first)
         assert found, first + self.process.stdout.read()
         self.url, self.port = found[1], int(found[2])
         self.lines: list[str] = []
@@ -125,7 +125,7 @@ class Student:
     """One browser tab logged in as ``user``; ``screen()`` is the text the app has sent it so far."""
 
     def __init__(self, browser, server: Server, user: str, token: str, teacher: bool = False) -> None:
-        self.context = browser.new_context(viewport={"width": 1000, "height": 560})
+        self.context = browser.new_context(viewport={"width": 1000, "height": 560}, ignore_https_errors=True)
         self.page = self.context.new_page()
         self.frames: list[str] = []
         self.page.on("websocket", lambda socket: socket.on("framereceived", self._received))
@@ -252,6 +252,24 @@ def test_a_login_holds_at_most_its_bound_of_sessions(browser, students):
         tab.close()
         wait_for(lambda: not sessions(uid), "the session ended with its tab")
         assert handshake(server, origin=server.url, cookie=cookie) == 101  # the login's place is free again
+    finally:
+        server.stop()
+    wait_for(lambda: not sessions(), "every session ended with the server")
+
+
+def test_with_a_certificate_the_class_is_served_over_tls_and_the_cookie_is_secure(browser, students, tmp_path):
+    made, token_file = students
+    uid, token = made[STUDENTS[0]]
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-keyout", str(tmp_path / "key.pem"), "-out", str(tmp_path / "cert.pem")], check=True, capture_output=True)
+    server = Server(token_file, "--certfile", str(tmp_path / "cert.pem"), "--keyfile", str(tmp_path / "key.pem"))
+    try:
+        assert server.url.startswith("https://")
+        tab = Student(browser, server, STUDENTS[0], token)
+        tab.wait_to_show(f"LAB MODE: read-only — you are uid {uid}", "the session over wss://")
+        assert all(cookie["secure"] and cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+                   for cookie in tab.context.cookies())
+        tab.close()
     finally:
         server.stop()
     wait_for(lambda: not sessions(), "every session ended with the server")
