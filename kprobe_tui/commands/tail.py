@@ -107,8 +107,9 @@ def run(args) -> int:
     session.start(on_update, batches.put, filter_text=args.filter or "")
     try:
         if isinstance(session, StudentSession):
-            print("kprobe-tui: no trace instance here: the events are sampled through perf_event_open, "
-                  "as perf record -a samples them (nothing is written to tracefs)", file=sys.stderr)
+            how = f"by {session.perf} record -a" if session.perf else "through perf_event_open, as perf record -a samples them"
+            print(f"kprobe-tui: no trace instance here: the events are sampled {how} (nothing is written to tracefs)",
+                  file=sys.stderr)
         if args.filter:
             print(f"kprobe-tui: filter {session.plan.summary()}", file=sys.stderr)
         deadline = time.monotonic() + args.duration if args.duration else None

@@ -22,6 +22,7 @@ from pathlib import Path
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.capabilities import denied
 from kprobe_tui.kernel.perfevent import denied_hint, paranoid, probe_permission
+from kprobe_tui.kernel.perfpipe import find_perf, perf_refusal
 from kprobe_tui.kernel.sources import KernelSources
 
 # The files a probe is created through, in the order the kernel prefers them.
@@ -50,13 +51,15 @@ def refused(why: str) -> Ability:
 class Reader:
     """Which reader a tail gets here and why, in the words the app's title and ``doctor`` use."""
 
-    kind: str  # "instance", "perf", or "" when there is none
+    kind: str  # "instance", "perf" (our perf_event_open), "perf-binary" (a perf record), or "" when there is none
     why: str
     hint: str = ""  # when there is none: the set-ups an administrator can choose
+    perf: str = ""  # perf-binary: the perf that records
 
     @property
     def label(self) -> str:
-        return {"instance": "trace instance", "perf": "perf_event_open (student reader)"}.get(self.kind, "none")
+        return {"instance": "trace instance", "perf": "perf_event_open (student reader)",
+                "perf-binary": f"{self.perf} record (student reader)"}.get(self.kind, "none")
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,7 @@ class Access:
 
     def reader_note(self) -> str:
         """The reader in a few words, for the app's title when it is not our own instance."""
-        return f"reading through {self.reader.label}" if self.reader.kind == "perf" else ""
+        return f"reading through {self.reader.label}" if self.reader.kind.startswith("perf") else ""
 
     def banner(self) -> str:
         return (f"LAB MODE: read-only — {self.can_create.why_not}. "
@@ -118,26 +121,33 @@ def _read_only(create_why: str, tail_why: str, list_why: str, reader: Reader | N
 
 
 def choose_reader(tracefs: Path) -> Reader:
-    """The reader this user's tail gets: a few stat calls, and for a user without an instance one
-    event opened on one CPU and closed (nothing is written anywhere)."""
+    """The reader this user's tail gets: a few stat calls; for a user without an instance, one event
+    opened on one CPU and closed; if the kernel refuses that, one second-long ``perf record`` of it by the
+    perf binary (set-up 2). Nothing is written anywhere."""
     tail_why = tail_denied(tracefs)
     if tail_why is None:
         return Reader("instance", f"{tracefs}/instances is writable: events are recorded in a trace instance of our own")
-    refusal = _follow_refusal(tracefs)
+    event_dir, refusal = _follow_refusal(tracefs)
     if refusal is None:
         return Reader("perf", f"no trace instance ({tail_why}), but the kernel lets you sample tracepoints system-wide "
                               f"(kernel.perf_event_paranoid is {paranoid()}): events are read as perf record -a reads them")
-    return Reader("", f"no trace instance ({tail_why}), and no sampling through perf_event_open ({refusal.message})",
-                  refusal.hint or denied_hint())
+    why = f"no trace instance ({tail_why}), and no sampling through perf_event_open ({refusal.message})"
+    perf = find_perf()
+    if event_dir is not None and perf is not None:
+        perf_why = perf_refusal(perf, f"{event_dir.parent.name}/{event_dir.name}")
+        if perf_why is None:
+            return Reader("perf-binary", f"{why}, but {perf} may: events are read from its perf record -a", perf=perf)
+        why = f"{why}, nor through {perf} ({perf_why})"
+    return Reader("", why, refusal.hint or denied_hint())
 
 
-def _follow_refusal(tracefs: Path) -> UserError | None:
-    """Why this user cannot sample the events (None: it can), by opening the first event whose id it can read."""
+def _follow_refusal(tracefs: Path) -> tuple[Path | None, UserError | None]:
+    """The first event whose id this user can read, and why it cannot sample it (None: it can), found by opening it."""
     events = tracefs / "events"
     try:
         groups = sorted(entry.name for entry in os.scandir(events) if entry.is_dir())
     except OSError as exc:
-        return UserError(f"cannot read {events}: {exc.strerror}", denied_hint())
+        return None, UserError(f"cannot read {events}: {exc.strerror}", denied_hint())
     for group in groups:
         try:
             names = sorted(entry.name for entry in os.scandir(events / group) if entry.is_dir())
@@ -148,5 +158,5 @@ def _follow_refusal(tracefs: Path) -> UserError | None:
                 (events / group / name / "id").read_bytes()
             except OSError:
                 continue
-            return probe_permission(events / group / name)
-    return UserError(f"no event's id file under {events} is readable to you", denied_hint())
+            return events / group / name, probe_permission(events / group / name)
+    return None, UserError(f"no event's id file under {events} is readable to you", denied_hint())

@@ -156,10 +156,11 @@ def denied_hint() -> str:
             "sample every tracepoint, system-wide), with the events readable to your group (GROUP): sudo chgrp GROUP "
             "/sys/kernel/tracing && sudo chmod g+rx /sys/kernel/tracing && sudo chgrp -R GROUP /sys/kernel/tracing/events/probe "
             "&& sudo chmod -R g+rX /sys/kernel/tracing/events/probe; "
-            "or (2) a perf binary with capabilities for a perf_users group, for perf record -e GROUP:EVENT -a (kprobe-tui "
-            "does not read through it yet): sudo groupadd perf_users && sudo chgrp perf_users /usr/bin/perf && "
+            "or (2) a perf binary with capabilities for a perf_users group, which kprobe-tui runs as its reader (found on "
+            "PATH, or named by KPROBE_TUI_PERF): sudo groupadd perf_users && sudo chgrp perf_users /usr/bin/perf && "
             "sudo chmod o-rwx /usr/bin/perf && sudo setcap cap_perfmon,cap_sys_ptrace,cap_syslog=ep /usr/bin/perf && "
-            "sudo usermod -aG perf_users $USER (Documentation/admin-guide/perf-security.rst)")
+            "sudo usermod -aG perf_users $USER, with the events readable to perf_users as in (1) "
+            "(Documentation/admin-guide/perf-security.rst)")
 
 
 def _open_error(err: int, name: str, cpu: int) -> UserError:
@@ -364,6 +365,13 @@ class TracepointSampler:
             self._each(name, IOC_ENABLE)
         _close_all(old)
         self.filters[name] = expression
+
+    def poll_fds(self) -> list[int]:
+        return list(self.ring_fds.values())
+
+    def own_pids(self) -> set[int]:
+        """Processes of ours that sample: none besides this one."""
+        return set()
 
     def wait(self, timeout: float) -> None:
         """Until a ring passes its watermark, or ``timeout`` seconds."""

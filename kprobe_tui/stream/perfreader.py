@@ -7,16 +7,20 @@ file (stream/rawformat.py, the very ``Event`` the text reader makes of ``trace_p
 merged in time order, the lost samples counted from PERF_RECORD_LOST. Samples carry no name: a
 process's is known from the PERF_RECORD_COMM of its exec (as perf script knows it); any other is
 left ``<...>`` for the reader's ``CommNames`` (``/proc/<pid>/comm``), as the text reader leaves it.
-The samples of this process are dropped (the golden rule: the reader's own reads never feed it).
+The samples of this process and of the sampler's own (a perf binary) are dropped (the golden rule:
+the reader's own reads never feed it).
 """
 
 from __future__ import annotations
 
+import errno
 import heapq
 import os
 from operator import attrgetter
+from typing import Protocol
 
-from kprobe_tui.kernel.perfevent import TracepointSampler
+from kprobe_tui.errors import UserError
+from kprobe_tui.kernel.perfevent import Batch
 from kprobe_tui.stream.comms import REMEMBERED, UNKNOWN_COMM
 from kprobe_tui.stream.parser import Event
 from kprobe_tui.stream.rawformat import EventDecoder, RecordError, compile_format
@@ -25,12 +29,28 @@ from kprobe_tui.stream.reader import SourceBatch
 _TIME = attrgetter("ts")
 
 
+class Sampler(Protocol):
+    """What samples the events: our own rings (perfevent.TracepointSampler) or a perf binary (perfpipe.PerfRecordPipe)."""
+
+    def poll_fds(self) -> list[int]:
+        ...
+
+    def own_pids(self) -> set[int]:
+        ...
+
+    def read(self) -> Batch:
+        ...
+
+    def close(self) -> None:
+        ...
+
+
 class PerfSource:
-    """The ``EventSource`` of a ``TracepointSampler``: opened by the caller (where its UserError can be shown)."""
+    """The ``EventSource`` of a sampler: opened by the caller (where its UserError can be shown)."""
 
     path = "the perf_event_open ring buffers"
 
-    def __init__(self, sampler: TracepointSampler, formats: dict[int, str]) -> None:
+    def __init__(self, sampler: Sampler, formats: dict[int, str]) -> None:
         """``formats``: tracepoint id -> its ``format`` text (UserError for one the decoder cannot render)."""
         self.sampler = sampler
         self.decoders: dict[int, EventDecoder] = {}
@@ -50,11 +70,15 @@ class PerfSource:
         return self._garbled
 
     def open(self) -> list[int]:
-        return list(self.sampler.ring_fds.values())
+        return self.sampler.poll_fds()
 
     def read(self, deadline: float) -> SourceBatch:
-        """Everything the rings hold (a ring holds at most its pages: no deadline is needed)."""
-        batch = self.sampler.read()
+        """Everything the rings hold (a ring holds at most its pages: no deadline is needed); a sampler that
+        ended (a perf binary that stopped) ends the reader with its words, as a failed read does."""
+        try:
+            batch = self.sampler.read()
+        except UserError as exc:
+            raise OSError(errno.EIO, exc.message) from None
         self._lost += batch.lost
         if batch.comms:
             self.comms.update(batch.comms)
@@ -68,9 +92,9 @@ class PerfSource:
 
     def _decode(self, samples: list) -> list[Event]:
         events = []
-        decoders, comms, ours = self.decoders, self.comms, self._ours
+        decoders, comms, ours = self.decoders, self.comms, self.sampler.own_pids() | {self._ours}
         for pid, tid, time_ns, cpu, raw in samples:
-            if pid == ours:
+            if pid in ours:
                 continue
             ts = time_ns / 1e9
             decoder = decoders.get(int.from_bytes(raw[:2], "little"))

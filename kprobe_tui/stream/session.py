@@ -15,6 +15,7 @@ from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import access, lifetime
 from kprobe_tui.kernel.instance import Instance, resolve_events
 from kprobe_tui.kernel.perfevent import TracepointSampler, read_event_id
+from kprobe_tui.kernel.perfpipe import PerfRecordPipe
 from kprobe_tui.kernel.tracefs import KernelRefused, Tracefs
 from kprobe_tui.stream import filterexpr
 from kprobe_tui.stream.parser import Event
@@ -194,8 +195,10 @@ def open_session(top: Tracefs, patterns: list[str], max_events: int = DEFAULT_CA
         reader = access.choose_reader(top.root)
         if not reader.kind:
             raise UserError(f"cannot tail here: {reader.why}", reader.hint)
-        if reader.kind == "perf":
-            return StudentSession(top, patterns, max_events, stacktrace=stacktrace, store=store)
+        if reader.kind.startswith("perf"):
+            session = StudentSession(top, patterns, max_events, stacktrace=stacktrace, store=store)
+            session.perf = reader.perf
+            return session
     return TailSession(top, patterns, max_events, stacktrace=stacktrace, store=store)
 
 
@@ -211,10 +214,14 @@ class StudentSession(TailSession):
     descriptors is the whole clean-up, which the kernel also does when the process is killed.
     ``instance`` is never created: it keeps the list of what is followed for the reader's check of
     deleted events and the app's "is it on".
+
+    With ``perf`` set (a perf binary that may sample when we may not: set-up 2), that perf's ``perf record``
+    is the sampler (kernel/perfpipe.py): the same events, its filter on its command line.
     """
 
-    sampler: TracepointSampler
+    sampler: TracepointSampler | PerfRecordPipe
     source: PerfSource
+    perf = ""  # the perf binary that samples for us, if any
 
     def _open(self) -> EventSource | None:
         if self.stacktrace:
@@ -222,11 +229,12 @@ class StudentSession(TailSession):
                             "tail without --stacktrace, or ask for write access to tracefs/instances")
         ids = {target: read_event_id(self.top.path(f"events/{target[0]}/{target[1]}")) for target in self.targets}
         formats = {ident: self.instance.event_format(*target) for target, ident in ids.items()}
-        self.sampler = TracepointSampler({})
+        names = [f"{group}/{event}" for group, event in ids]
+        self.sampler = PerfRecordPipe(self.perf, dict.fromkeys(names, "")) if self.perf else TracepointSampler({})
         try:
             self.source = PerfSource(self.sampler, formats)
-            for (group, event), ident in ids.items():
-                self.sampler.add(f"{group}/{event}", ident)
+            for name, ident in zip(names, ids.values(), strict=True):
+                self.sampler.add(name, ident)
         except BaseException:
             self.sampler.close()
             raise
@@ -274,7 +282,7 @@ class StudentSession(TailSession):
         if paused:
             self.sampler.disable()
         else:
-            self.sampler.enable()
+            self.sampler.enable()  # a perf binary: started again
         self.paused = paused
 
     def set_stacktrace(self, on: bool) -> None:
