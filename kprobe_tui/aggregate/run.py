@@ -58,6 +58,7 @@ class AggregationRun:
         self.filter_text = filter_text
         self.requested = engine
         self.existing = existing
+        self._perf = ""  # the perf binary that samples existing events for us (set-up 2), if any
         self.offer = offer or detect(top)
         self.choice: Choice | None = None
         self.engine: Engine | None = None
@@ -139,8 +140,9 @@ class AggregationRun:
     def _choose(self) -> Choice:
         if self.existing:
             reader = access.choose_reader(self.top.root)
-            if reader.kind == "perf":
-                return Choice("user", "perf", f"the events are sampled through perf_event_open and aggregated here: {reader.why}")
+            if reader.kind.startswith("perf"):
+                self._perf = reader.perf
+                return Choice("user", "perf", f"the events are sampled and aggregated here: {reader.why}")
             if not reader.kind:
                 raise UserError(f"cannot read the events here: {reader.why}", reader.hint)
         profile_only = (self.aggregation.kind == "count" and not self.filter_text
@@ -159,7 +161,7 @@ class AggregationRun:
         if choice.method == "hist":
             return KernelHistEngine(self.top, self.aggregation, items, arguments, self._conditions())
         if choice.method == "perf":
-            return StudentEngine(self.top, self.aggregation, items, arguments, self.filter_text)
+            return StudentEngine(self.top, self.aggregation, items, arguments, self.filter_text, self._perf)
         return UserEngine(self.top, self.aggregation, items, arguments, self.filter_text)
 
     def _conditions(self) -> dict[str, str]:

@@ -25,6 +25,7 @@ from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.events import Events
 from kprobe_tui.kernel.instance import resolve_events
 from kprobe_tui.kernel.perfevent import TracepointSampler, read_event_id
+from kprobe_tui.kernel.perfpipe import PerfRecordPipe
 from kprobe_tui.kernel.tracefs import KernelRefused, Tracefs
 from kprobe_tui.probes.spec import CompiledProbe, ProbeSpec
 from kprobe_tui.stream import filterexpr
@@ -171,9 +172,10 @@ class StudentEngine(UserEngine):
     method = "perf"
 
     def __init__(self, top: Tracefs, aggregation: Aggregation, targets: list[Target], arguments: dict[str, str],
-                 filter_text: str = "") -> None:
+                 filter_text: str = "", perf: str = "") -> None:
+        """``perf``: a perf binary that samples for us (set-up 2), else our own perf_event_open."""
         super().__init__(top, aggregation, targets, arguments, filter_text)
-        self.sampler = TracepointSampler({})
+        self.sampler: TracepointSampler | PerfRecordPipe = PerfRecordPipe(perf, {}) if perf else TracepointSampler({})
         self.source = PerfSource(self.sampler, {})
 
     def start(self) -> None:

@@ -285,14 +285,16 @@ def test_a_ring_size_that_is_not_a_power_of_two_is_a_clean_refusal(student, lab,
     assert "Traceback" not in err
 
 
-def test_the_student_counts_and_histograms_the_administrators_event(student, lab, paranoid_minus_one, tracefs_root):
+def test_the_student_counts_and_histograms_the_administrators_event(student, lab, set_up, tracefs_root):
     """count by comm, a histogram of n with a filter on n the perf events apply, and the latency from the
     entry probe to the return probe, over the administrator's probes (made by no one in this run): each
     equal to the calls the program made."""
     directory, binary = lab
+    _, env = set_up
     definitions_before = ours(tracefs_root)
 
     def aggregate() -> dict:
+        os.environ.update(env)
         from kprobe_tui.aggregate.model import Aggregation, Field
         from kprobe_tui.aggregate.run import AggregationRun
         from kprobe_tui.aggregate.user_engine import existing_targets
@@ -320,7 +322,8 @@ def test_the_student_counts_and_histograms_the_administrators_event(student, lab
         return answers
 
     answers = as_user(student, aggregate, read_everything=True, home=directory)
-    assert answers["count"]["engine"] == "user/perf" and "sampled through perf_event_open" in answers["count"]["reason"]
+    assert answers["count"]["engine"] == "user/perf"
+    assert ("record -a" if env else "sample tracepoints system-wide") in answers["count"]["reason"]
     assert answers["count"]["entries"] == [[["tvg"], CALLS]] and answers["count"]["lost"] == 0
     kept = [n for n in range(100, 100 + CALLS) if n >= 103]
     assert answers["hist"]["count"] == len(kept) and answers["hist"]["sum"] == sum(kept)
