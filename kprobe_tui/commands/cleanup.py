@@ -20,6 +20,8 @@ def run(args) -> int:
             print(f"would remove instance {name}")
         for event in events.stale_events():
             print(f"would remove {event.full_name}")
+        for record in funcgraph.dead_runs():
+            print(f"would give back the function_graph tracer that {record.stem} borrowed")
         return 0
     instances, removed = events.cleanup()
     graphs = funcgraph.restore_dead_runs(top)

@@ -169,17 +169,20 @@ def _write_record(saved: SavedState) -> Path | None:
     return path
 
 
-def restore_dead_runs(top: Tracefs) -> list[str]:
-    """Give back the tracer that dead graph runs borrowed (``kprobe-tui cleanup``); their run names."""
+def dead_runs() -> list[Path]:
+    """The records of graph runs that died without giving the tracer back."""
     directory = lifetime.lock_dir()
     if directory is None:
         return []
+    return [directory / entry for entry in sorted(os.listdir(directory))
+            if entry.endswith(RECORD_SUFFIX) and lifetime.is_stale(entry[:-len(RECORD_SUFFIX)])]
+
+
+def restore_dead_runs(top: Tracefs) -> list[str]:
+    """Give back the tracer that dead graph runs borrowed (``kprobe-tui cleanup``); their run names."""
     restored = []
-    for entry in sorted(os.listdir(directory)):
-        name = entry[:-len(RECORD_SUFFIX)]
-        if not entry.endswith(RECORD_SUFFIX) or not lifetime.is_stale(name):
-            continue
-        path = directory / entry
+    for path in dead_runs():
+        name = path.name[:-len(RECORD_SUFFIX)]
         saved = _read_record(path)
         if saved is not None and top.read("current_tracer").strip() == GRAPH_TRACER:
             restore(top, saved, path)

@@ -97,6 +97,8 @@ def test_a_busy_tracer_is_refused_and_a_sigkilled_graph_is_mended_by_cleanup(tra
     finally:
         if run.poll() is None:
             run.kill()
+    said = kprobe_tui("cleanup", "--dry-run")
+    assert "would give back the function_graph tracer that kptui_" in said.stdout, said.stdout + said.stderr
     mended = kprobe_tui("cleanup")
     assert "gave back the function_graph tracer" in mended.stdout, mended.stdout + mended.stderr
     assert settings(tracefs) == before
