@@ -187,7 +187,7 @@ class EventDecoder:
         self.name = name
         self.id = ident
         self._fixed = fixed
-        self._size = fixed.size
+        self.size = fixed.size  # a record's fixed part: a record is at least this long
         self._body = body
         self._pick = pick
         self._renders = renders
@@ -207,8 +207,8 @@ class EventDecoder:
 
     def event(self, record: bytes, ts: float, cpu: int, pid: int, flags: int, comm: str, tgid: int | None) -> Event:
         """``decode`` for a reader that unpacked the record's ``HEADER`` itself (to find its decoder and comm)."""
-        if len(record) < self._size:
-            raise RecordError(f"a record of {self.name} is {len(record)} bytes, shorter than its fixed {self._size}")
+        if len(record) < self.size:
+            raise RecordError(f"a record of {self.name} is {len(record)} bytes, shorter than its fixed {self.size}")
         shown = self._flags.get(flags) or self._flags.setdefault(flags, latency_flags(flags & 0xFF, flags >> 8))
         return tuple.__new__(self.event_type, (ts, cpu, pid, tgid, comm, shown, self.name, record, None))
 

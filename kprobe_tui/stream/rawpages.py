@@ -67,6 +67,7 @@ class RawPages:
         self.broken = 0  # pages whose records ran past their commit
         self.drained = False  # the last read emptied every CPU's buffer
         self._pending: list[tuple[int, int, bytes]] = []  # read, not yet handed over: (ns, cpu, data)
+        self._ahead: dict[int, int] = {}  # CPU -> its last pending record's time, while it has more pages
         self._fds: dict[int, int] = {}
         per_cpu = instance.tracefs.path("per_cpu")
         try:
@@ -91,18 +92,28 @@ class RawPages:
 
         At most ``pages_per_read`` pages of a CPU are read at a time; a CPU that had more may hold
         records older than another CPU's last ones, so those wait for the next read (as trace_pipe,
-        it does not wait for a CPU that has nothing now).
+        it does not wait for a CPU that has nothing now), and that CPU is not read again until its
+        own have gone out: the look-ahead stays ``pages_per_read`` pages a CPU (read on regardless, a
+        CPU that a flood left behind made every read sort a growing backlog: 1.9 against 0.9 us a record).
         """
-        horizon = None
-        for cpu, fd in self._fds.items():
-            last = self._read_cpu(cpu, fd)
-            if last is not None:
-                horizon = last if horizon is None else min(horizon, last)
-        self.drained = horizon is None
         pending = self._pending
-        pending.sort(key=_first)  # stable: one CPU's records keep their order; runs make it a merge
+        runs = 1 if pending else 0  # runs of records in time order: one needs no merge (0.1 us a record)
+        for cpu, fd in self._fds.items():
+            if cpu in self._ahead:
+                continue  # its records wait for the other CPUs': the look-ahead stays pages_per_read pages a CPU
+            held = len(pending)
+            last = self._read_cpu(cpu, fd)
+            runs += len(pending) > held
+            if last is not None:
+                self._ahead[cpu] = last
+        horizon = min(self._ahead.values(), default=None)
+        self.drained = horizon is None
+        if runs > 1:
+            pending.sort(key=_first)  # stable: one CPU's records keep their order; runs make it a merge
         cut = len(pending) if horizon is None else bisect.bisect_right(pending, horizon, key=_first)
         ready, self._pending = pending[:cut], pending[cut:]
+        if horizon is not None:  # a CPU whose records all went out reads on
+            self._ahead = {cpu: last for cpu, last in self._ahead.items() if last > horizon}
         return ready
 
     def _read_cpu(self, cpu: int, fd: int) -> int | None:

@@ -158,6 +158,7 @@ class TracePipeSource:
             self._fd = -1
 
 
+KNOWN_HEADERS = 4096  # record headers remembered (a flood of many processes' events is not remembered whole)
 # The clocks whose stamps are nanoseconds, which the text prints as seconds.microseconds (the others print counts).
 NANOSECOND_CLOCKS = frozenset({"local", "global", "mono", "mono_raw", "boot", "tai", "perf"})
 
@@ -183,6 +184,10 @@ class RawPagesSource:
         self._comms: dict[int, str] = {}
         self._tgids: dict[int, int] = {}  # empty unless the instance records tgids
         self._names_read = 0.0  # when saved_cmdlines was read last (monotonic)
+        # A record's common fields (type, flags, pid) -> its event's type, the fields they give (pid, tgid, comm,
+        # flags column, event) and the fixed size of its records: the next record of that header costs only its
+        # tuple (0.3 against 0.9 us of decode and look-ups). Forgotten when the names are read again.
+        self._known: dict[bytes, tuple[type[Event], tuple, int]] = {}
         # Kernel stacks (the stacktrace option, switched on at any time): each a record of its own after its
         # event's, which waits for it as the text reader's parser waits for the stack's lines.
         self._stacks = _option(instance, "stacktrace")
@@ -224,11 +229,15 @@ class RawPagesSource:
         """Appends the events of ``records`` to ``events``; a stack goes to its event there."""
         if time.monotonic() - self._names_read > 1.0:
             self._read_names()  # a pid's name changes (exec) and pids are reused: the text shows the name of now
-        decoders, comms, tgids = self.decoders, self._comms, self._tgids
+        decoders, comms, tgids, known = self.decoders, self._comms, self._tgids, self._known
         header = HEADER.unpack_from
         stack_id = self._stack.id if self._stack is not None else -1
         for ns, cpu, record in records:
             ts = (ns + 500) // 1000 / 1_000_000  # rawpages.seconds(ns), inline: the call costs 50 ns an event
+            seen = known.get(record[:HEADER.size])
+            if seen is not None and len(record) >= seen[2]:
+                events.append(tuple.__new__(seen[0], (ts, cpu, *seen[1], record, None)))
+                continue
             try:
                 ident, flags, pid = header(record)
                 if ident == stack_id:
@@ -242,7 +251,10 @@ class RawPagesSource:
                     comm = comms.setdefault(pid, UNKNOWN_COMM)  # looked up once a second; CommNames asks /proc
                 if decoder is None:
                     raise RecordError(f"a record of event type {ident}, which no enabled event's format decodes")
-                events.append(decoder.event(record, ts, cpu, pid, flags, comm, tgids.get(pid)))
+                event = decoder.event(record, ts, cpu, pid, flags, comm, tgids.get(pid))
+                events.append(event)
+                if len(known) < KNOWN_HEADERS:
+                    known[record[:HEADER.size]] = (type(event), event[2:7], decoder.size)
             except RecordError as exc:
                 events.append(self._garbled(ts, cpu, record, exc.message))
             except struct.error:
@@ -279,6 +291,7 @@ class RawPagesSource:
 
     def _read_names(self) -> None:
         self._names_read = time.monotonic()
+        self._known.clear()
         self._comms = dict(_saved_pairs(self.instance, "saved_cmdlines"))
         self._comms[0] = "<idle>"
         if self.tgids:

@@ -127,3 +127,16 @@ def test_a_kernel_without_the_page_layout_is_a_user_error(tmp_path):
     (tmp_path / "events/header_page").write_text("\tfield: u64 timestamp;\toffset:0;\tsize:8;\tsigned:0;\n")
     with pytest.raises(UserError, match="does not describe"):
         RawPages(Instance(Tracefs(tmp_path), name="kptui_test"))
+
+
+def test_a_cpu_ahead_of_the_others_is_not_read_until_its_records_go_out(tmp_path):
+    """The look-ahead is bounded: CPU 0's late pages wait, one read's worth, while CPU 1's early ones drain."""
+    cpu0 = [page(1_000_000 + 1000 * n, data(0, b"late")) for n in range(4)]
+    cpu1 = [page(10 * n, data(0, b"early")) for n in range(40)]
+    pages = reader(tmp_path, {0: cpu0, 1: cpu1}, pages_per_read=2)
+    out, waiting = [], []
+    while records := pages.read():
+        out += records
+        waiting.append(sum(cpu == 0 for _, cpu, _ in pages._pending))
+    assert [cpu for _, cpu, _ in out] == [1] * 40 + [0] * 4
+    assert max(waiting) == 2  # never more than the one read of CPU 0's pages
