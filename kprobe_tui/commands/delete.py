@@ -8,7 +8,7 @@ from __future__ import annotations
 from kprobe_tui.commands.funcs import module_name
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import sources
-from kprobe_tui.kernel.events import OTHER_RUN, OTHERS, Events
+from kprobe_tui.kernel.events import OTHER_RUN, OTHERS, DynamicEvent, Events
 
 _GLOB = set("*?[")
 # -x BINARY / -m MODULE: only probes on that file, or in that module, are matched.
@@ -26,7 +26,7 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     events = Events(sources.from_args(args).tracing())
     module = module_name(args.module) if args.module else None
-    chosen = {}
+    chosen: dict[str, DynamicEvent] = {}  # by full name: an event two patterns match is removed once
     for pattern in args.patterns:
         matched = [e for e in events.match(pattern) if e.is_on(args.binary, module)]
         if not matched:

@@ -100,7 +100,7 @@ def own_path_warning(metric: str, specs: Iterable[ProbeSpec]) -> str | None:
     metric counts the exporter's own answers too, more as it is scraped more often.
     """
     functions = sorted({spec.function for spec in specs
-                        if not spec.is_uprobe and on_output_path(spec.function, NETWORK_PATH)})
+                        if spec.function and not spec.is_uprobe and on_output_path(spec.function, NETWORK_PATH)})
     if not functions:
         return None
     return (f"{metric}: {', '.join(functions)} {'is' if len(functions) == 1 else 'are'} on the exporter's own path "

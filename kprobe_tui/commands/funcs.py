@@ -67,5 +67,7 @@ def module_name(word: str) -> str:
     from kprobe_tui.debuginfo import modules
 
     if "/" in word or word.endswith((".ko", ".debug")):
-        return modules.find_module_debuginfo(word).module
+        found = modules.find_module_debuginfo(word).module
+        assert found is not None  # a module's debug info is found with its name (find_module_debuginfo)
+        return found
     return modules.module_name(word)

@@ -15,10 +15,10 @@ it makes are remembered as its own (kernel/registry.py) whatever their group, fo
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from dataclasses import replace
-from types import SimpleNamespace
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.perfprobe import args as perfargs
@@ -78,7 +78,7 @@ def _say(text: str) -> None:
 def _sources(command: PerfCommand):
     from kprobe_tui.kernel import sources
 
-    return sources.from_args(SimpleNamespace(**{name: command.offline.get(name) for name in _OFFLINE}))
+    return sources.from_args(argparse.Namespace(**{name: command.offline.get(name) for name in _OFFLINE}))
 
 
 def _failed(exc: UserError, status: int) -> PerfError:
@@ -156,7 +156,7 @@ def _default_group(binary: str | None) -> str:
     import os
     import re
 
-    name = re.match(r"[A-Za-z0-9_]*", os.path.basename(binary))[0]
+    name = re.split(r"[^A-Za-z0-9_]", os.path.basename(binary), maxsplit=1)[0]
     return f"probe_{name}"
 
 
@@ -336,7 +336,8 @@ def _list(command: PerfCommand) -> int:
     chosen = _filter(command)
     kernel = _sources(command)
     tracefs = kernel.tracing()
-    kernel_debug, kallsyms, binaries = [], [], {}
+    kernel_debug, binaries = [], {}
+    kallsyms: list[points.Kallsyms | None] = []
 
     def kernel_parts():
         if not kallsyms:
@@ -362,6 +363,7 @@ def _list(command: PerfCommand) -> int:
             if event is None or not (chosen.matches(event.event) or chosen.matches(f"{event.group}:{event.event}")):
                 continue
             is_return = event.prefix == "r"
+            where: str | None  # a uprobe's binary, or a kprobe's module (None: in the kernel image)
             if is_uprobe:
                 point, where = points.uprobe_point(event.place, is_return, binary_debug)
             else:
@@ -388,14 +390,15 @@ def _on_disk(**target):
 # -- -L, -V, -F ------------------------------------------------------------------------------------
 
 
-def _target_args(command: PerfCommand) -> SimpleNamespace:
-    return SimpleNamespace(binary=command.binary, vmlinux=command.vmlinux, module=command.module, source_dir=command.source)
+def _target_args(command: PerfCommand) -> argparse.Namespace:
+    return argparse.Namespace(binary=command.binary, vmlinux=command.vmlinux, module=command.module, source_dir=command.source)
 
 
 def _lines(command: PerfCommand) -> int:
     from kprobe_tui.commands.lines import open_target
     from kprobe_tui.debuginfo.lines import LineSpec, find_line_range, render
 
+    assert command.line is not None  # the "line" action is -L's, which sets it
     try:
         spec = LineSpec.parse(command.line)
     except UserError as exc:
@@ -442,10 +445,10 @@ def _vars(command: PerfCommand) -> int:
     return 0
 
 
-def replace_target(target: SimpleNamespace, definition) -> SimpleNamespace:
+def replace_target(target: argparse.Namespace, definition) -> argparse.Namespace:
     """-x/-m as they were when this -V was read (perf applies each to the definitions after it)."""
     if definition.binary or definition.module:
-        return SimpleNamespace(**{**vars(target), "binary": definition.binary, "module": definition.module, "vmlinux": None})
+        return argparse.Namespace(**{**vars(target), "binary": definition.binary, "module": definition.module, "vmlinux": None})
     return target
 
 
@@ -471,7 +474,7 @@ def _function_names(command: PerfCommand, chosen) -> list[str]:
         from kprobe_tui.commands.lines import open_target
 
         try:
-            info = open_target(SimpleNamespace(binary=None, vmlinux=command.vmlinux, module=None, source_dir=None))
+            info = open_target(argparse.Namespace(binary=None, vmlinux=command.vmlinux, module=None, source_dir=None))
         except UserError as exc:
             raise _failed(exc, ENOENT) from None
         return [name for name, _ in info.symbols.names()]

@@ -40,6 +40,14 @@ KINDS: dict[BuilderKind, tuple[str, str | None]] = {  # kind -> (label, what the
 _NAME_PREFIX = re.compile(r"^[A-Za-z_]\w*=")
 
 
+def builder_kind(value: object) -> BuilderKind:
+    """``value`` (what the kind select holds) as one of ``KINDS``; anything else is a bug, not input."""
+    for kind in KINDS:
+        if kind == value:
+            return kind
+    raise ValueError(f"not a builder kind: {value!r}")
+
+
 @dataclass(frozen=True)
 class BuildRequest:
     """What the form says; compiled off the UI thread."""

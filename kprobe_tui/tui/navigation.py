@@ -5,9 +5,14 @@ calls into another screen, so each one runs on its own under any Textual app (as
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from textual.message import Message
 
 from kprobe_tui.kernel.events import DynamicEvent
+
+if TYPE_CHECKING:  # an annotation only: the builder's form (and its compiler) is not loaded with the app
+    from kprobe_tui.probes.form import BuilderKind
 
 
 class OpenSource(Message):
@@ -22,7 +27,7 @@ class OpenBuilder(Message):
     """The probe builder on ``function``: a line probe when ``line`` is given (relative, as perf -L
     numbers it), else ``kind`` (entry or return); ``variable``: arguments to prefill."""
 
-    def __init__(self, function: str, *, line: int | None = None, kind: str = "entry",
+    def __init__(self, function: str, *, line: int | None = None, kind: BuilderKind = "entry",
                  variable: str | None = None) -> None:
         super().__init__()
         self.function = function

@@ -28,16 +28,18 @@ from textual.widgets import Button, Header, Input, Select, Static, Tree
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import capabilities, lifetime
-from kprobe_tui.kernel.events import DynamicEvent
+from kprobe_tui.kernel.events import DynamicEvent, Events
 from kprobe_tui.kernel.sources import KernelSources
 from kprobe_tui.probes import pipeline
 from kprobe_tui.probes.capture import VariableNode, children
 from kprobe_tui.probes.edit import EditTarget
 from kprobe_tui.probes.form import (
     KINDS,
+    BuilderKind,
     BuildRequest,
     Preview,
     build_preview,
+    builder_kind,
     cycle_type,
     load_variables,
     refusal,
@@ -81,7 +83,7 @@ class ProbeBuilderScreen(Screen):
     """Build a probe on ``function`` (of ``binary`` with -x, else the kernel)."""
 
     CSS_PATH = LAYOUT
-    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (WIDE_COLUMNS, "-wide")]
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE_COLUMNS, "-wide")]
     AUTO_FOCUS = "#args"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+s", "create", "Create"),
@@ -103,7 +105,7 @@ class ProbeBuilderScreen(Screen):
         line: int | None = None,
         variable: str | None = None,
         vmlinux: str | None = None,
-        kind: str = "entry",
+        kind: BuilderKind = "entry",
         lab_reason: str | None = None,
         module: str | None = None,
         catalog: Catalog | None = None,
@@ -123,7 +125,7 @@ class ProbeBuilderScreen(Screen):
         self.events = self.probe_target.events
         fprobe = not self.binary and sources is not None and capabilities.detect(sources).has("fprobe")
         self.kinds = [k for k in KINDS if not k.startswith("fprobe") or fprobe]
-        self.initial_kind = "line" if line is not None else kind  # "return" from the source view's Return
+        self.initial_kind: BuilderKind = "line" if line is not None else kind  # "return" from the source view's Return
         self.initial_number = str(line) if line is not None else ""
         self.initial_args = variable or ""
         self.preview: Preview | None = None
@@ -218,7 +220,7 @@ class ProbeBuilderScreen(Screen):
         return BuildRequest(
             self.function,
             self.binary,
-            str(self.query_one("#kind", Select).value),
+            builder_kind(self.query_one("#kind", Select).value),
             self.query_one("#number", Input).value,
             self.query_one("#args", Input).value,
             self.query_one("#filter", Input).value,
@@ -230,7 +232,7 @@ class ProbeBuilderScreen(Screen):
         )
 
     def _update_number_box(self) -> None:
-        takes = KINDS[str(self.query_one("#kind", Select).value)][1]
+        takes = KINDS[builder_kind(self.query_one("#kind", Select).value)][1]
         number = self.query_one("#number", Input)
         number.disabled = takes is None
         number.display = takes is not None  # an entry has no number: no lone box beside its kind
@@ -301,11 +303,12 @@ class ProbeBuilderScreen(Screen):
     def _expand(self, event: Tree.NodeExpanded) -> None:
         tree = self.query_one(VariableTree)
         node = event.node
-        if node.id in tree.loaded or node.data is None:
+        data = node.data
+        if node.id in tree.loaded or data is None:
             return
         tree.loaded.add(node.id)
-        self.work.run(f"members of {node.id}", children, node.data, then=partial(tree.add_children, node),
-                      failed=lambda exc: self._set_status(f"{node.data.expression}: {exc.message}", "error"))
+        self.work.run(f"members of {node.id}", children, data, then=partial(tree.add_children, node),
+                      failed=lambda exc: self._set_status(f"{data.expression}: {exc.message}", "error"))
 
     def _sync_ticks(self, args: str) -> None:
         self.query_one(VariableTree).show_ticked(ticked(args))
@@ -376,16 +379,16 @@ class ProbeBuilderScreen(Screen):
         request = self.request()
         self._set_status("creating…")
         # every Create answered, in order (a second press must not drop the first one's answer)
-        self.work.queue("kernel", self.create_in_kernel, request, pin, self._confirmed == request,
+        self.work.queue("kernel", self.create_in_kernel, self.events, request, pin, self._confirmed == request,
                         then=partial(self._made, request, pin))
 
-    def create_in_kernel(self, request: BuildRequest, pin: bool, confirmed: bool) -> tuple[Preview, Any]:
+    def create_in_kernel(self, events: Events, request: BuildRequest, pin: bool, confirmed: bool) -> tuple[Preview, Any]:
         """In a worker: compile what the form says and make it; (preview, the events made or why not)."""
         preview = build_preview(request, self.probe_target)
-        if preview.error is not None:
+        if preview.error is not None or preview.plan is None:  # a preview without an error has its plan
             return preview, None
         try:
-            return preview, pipeline.create(preview.plan, self.events, run_scoped=True, pin=pin, confirmed=confirmed,
+            return preview, pipeline.create(preview.plan, events, run_scoped=True, pin=pin, confirmed=confirmed,
                                             replacing=self.replaces)
         except UserError as exc:
             return preview, exc
@@ -403,7 +406,7 @@ class ProbeBuilderScreen(Screen):
         self._confirmed = None
         if isinstance(made, UserError):
             refused = refusal(preview, made)
-            if refused is None:
+            if refused is None or refused.error is None:  # a refusal's preview always has its error
                 self._set_status(str(made), "error")
                 return
             self._show_preview(refused)
@@ -428,22 +431,22 @@ class EditBuilder(ProbeBuilderScreen):
         super().__init__(target.function, binary=target.binary, variable=target.args, kind=target.kind, **kwargs)
         self.replaces: DynamicEvent | None = replaces
         self.target = target
+        self._editing = f"editing {replaces.full_name}; not carried over: " + "; ".join(target.lost)
         self._not_deleted: UserError | None = None  # why the replaced probe stays, when it does
         if target.kind not in self.kinds:  # an fprobe where fprobes are gone: the nearest kind
             self.initial_kind = "return" if target.kind == "fprobe_exit" else "entry"
         self.initial_number = target.number
 
     def on_mount(self) -> None:
-        self.notify(f"editing {self.replaces.full_name}; not carried over: " + "; ".join(self.target.lost), title="Edit",
-                    timeout=10)
+        self.notify(self._editing, title="Edit", timeout=10)
 
-    def create_in_kernel(self, request: BuildRequest, pin: bool, confirmed: bool) -> tuple[Preview, Any]:
+    def create_in_kernel(self, events: Events, request: BuildRequest, pin: bool, confirmed: bool) -> tuple[Preview, Any]:
         """The new one made, the replaced one deleted after it, in the same worker."""
-        preview, made = super().create_in_kernel(request, pin, confirmed)
+        preview, made = super().create_in_kernel(events, request, pin, confirmed)
         if self.replaces is None or not isinstance(made, list):
             return preview, made
         try:
-            self.events.delete(self.replaces)
+            events.delete(self.replaces)
         except UserError as exc:
             return preview, (made, exc)
         return preview, (made, None)

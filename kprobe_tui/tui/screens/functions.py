@@ -185,11 +185,18 @@ class FunctionsScreen(Screen):
 
     # --- detail -------------------------------------------------------------------------------
 
+    def _shown(self) -> FunctionCatalog:
+        """The catalog, once shown: the list has no rows, the pane no function and the legend no
+        labels before ``show_catalog``, so nothing asks for it sooner."""
+        if self.catalog is None:
+            raise RuntimeError("the function catalog was asked for before it was shown")
+        return self.catalog
+
     def _status_of(self, name: str) -> Status:
-        return self.catalog.status(name)
+        return self._shown().status(name)
 
     def _module_of(self, name: str) -> str:
-        return self.catalog.module(name)
+        return self._shown().module(name)
 
     @on(FunctionList.Highlighted)
     def _highlighted(self, message: FunctionList.Highlighted) -> None:
@@ -215,13 +222,14 @@ class FunctionsScreen(Screen):
         status_style = functions.get_component_rich_style(f"function-list--{function.status.value}", partial=True)
         text = Text()
         text.append(printable(function.name), style="bold")
-        label = self.catalog.labels.get(function.status, function.status.value)
+        catalog = self._shown()
+        label = catalog.labels.get(function.status, function.status.value)
         text.append(f"  {STATUS_GLYPH[function.status]} {label}", style=status_style)
         text.append("\n")
-        missing = self.catalog.missing_prototype
+        missing = catalog.missing_prototype
         text.append(printable(function.prototype or missing), style="italic" if function.prototype else "dim")
         text.append("\n")
-        where = [self.catalog.where(function)]
+        where = [catalog.where(function)]
         if len(function.symbols) == 1 and function.symbols[0].address:
             where.append(f"address 0x{function.symbols[0].address:x}")
         if function.size:
@@ -234,7 +242,7 @@ class FunctionsScreen(Screen):
     def _render_legend(self) -> None:
         functions = self.query_one(FunctionList)
         legend = Text()
-        for status, label in self.catalog.labels.items():
+        for status, label in self._shown().labels.items():
             style = functions.get_component_rich_style(f"function-list--{status.value}", partial=True)
             legend.append(f"{STATUS_GLYPH[status]} {label} ", style=style)
         legend_widget = self.query_one("#legend", Static)

@@ -78,7 +78,7 @@ class ProbesScreen(Screen):
     COMPONENT_CLASSES: ClassVar[set[str]] = {"probes--ours", "probes--others", "probes--our-name"}
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("slash", "focus_filter", "Filter"),
-        Binding("space", "toggle", "On/off"),
+        Binding("space", "toggle_probe", "On/off"),
         Binding("t", "tail", "Tail"),
         Binding("a", "stats", "Stats", show=False),  # listed by help and the palette; the footer is full
         Binding("e", "events", "Events", show=False),
@@ -274,7 +274,7 @@ class ProbesScreen(Screen):
         return False
 
     @on(Button.Pressed, "#toggle")
-    def action_toggle(self) -> None:
+    def action_toggle_probe(self) -> None:  # not action_toggle: DOMNode's, of an attribute
         """On or off in this run's instance (the top-level buffer is shared and left alone)."""
         event = self.current()
         if event is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.style import Style
 from rich.text import Text
@@ -37,6 +37,9 @@ from kprobe_tui.tui.widgets.download_bar import DownloadBar
 from kprobe_tui.tui.widgets.key_footer import KeyFooter
 from kprobe_tui.tui.widgets.source_view import SourceView
 from kprobe_tui.tui.work import Background
+
+if TYPE_CHECKING:  # an annotation only: the builder's form (and its compiler) loads with the builder
+    from kprobe_tui.probes.form import BuilderKind
 
 
 @dataclass(frozen=True)
@@ -232,12 +235,13 @@ class SourceScreen(Screen):
 
     def load_variables(self, line: int) -> None:
         """The line's variables, in a worker: a quicker cursor's newer line drops an older answer."""
-        self.work.run("vars", self._variables_at, line, self.verbose, then=self._show_variables)
+        if self.info is not None:  # else no source is shown yet: no line has variables
+            self.work.run("vars", self._variables_at, self.info, line, self.verbose, then=self._show_variables)
 
-    def _variables_at(self, line: int, verbose: bool) -> tuple[int, str, list[str]]:
+    def _variables_at(self, info: DebugInfo, line: int, verbose: bool) -> tuple[int, str, list[str]]:
         spec = PointSpec(self.function, line=line - self.decl_line)
         try:
-            points = self.info.probe_points(spec)
+            points = info.probe_points(spec)
         except UserError as error:
             return line, str(error), []
         # a name a probe cannot spell (debug info may hold any bytes) is listed, not a link
@@ -283,9 +287,9 @@ class SourceScreen(Screen):
     @on(Button.Pressed, "#entry")
     @on(Button.Pressed, "#return")
     def _kind_pressed(self, event: Button.Pressed) -> None:
-        self.action_probe_function(event.button.id)
+        self.action_probe_function("return" if event.button.id == "return" else "entry")
 
-    def action_probe_function(self, kind: str) -> None:
+    def action_probe_function(self, kind: BuilderKind) -> None:
         self.post_message(OpenBuilder(self.symbol, kind=kind))
 
     def action_toggle_verbose(self) -> None:

@@ -81,7 +81,8 @@ class VariableTree(Tree[VariableNode]):
 
     def _refresh_labels(self, parent: TreeNode[VariableNode]) -> None:
         for child in parent.children:
-            child.set_label(self._label(child.data, self.widths[parent.id]))
+            if child.data is not None:  # always (add_children gives each its VariableNode): this says so to mypy
+                child.set_label(self._label(child.data, self.widths[parent.id]))
             self._refresh_labels(child)
 
     def _label(self, node: VariableNode, widths: tuple[int, int]) -> Text:
@@ -100,7 +101,7 @@ class VariableTree(Tree[VariableNode]):
 
     def render_label(self, node: TreeNode[VariableNode], base_style: Style, style: Style) -> Text:
         """The checkbox first, then the expand arrow (or its width in blanks), then the label."""
-        label = node.label.copy()
+        label = node._label.copy()  # as Tree.render_label does: a Text (the public label is typed str | Text)
         label.stylize(style)
         if node.data is None:
             return label
