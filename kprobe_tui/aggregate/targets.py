@@ -219,6 +219,7 @@ class TargetBuilder:
 
     def _load_catalog(self):
         if self._catalog is None:
+            # imported here, for start-up time: only a glob needs a catalog (kernel.catalog: ~20 ms, -X importtime)
             if self.binary:
                 from kprobe_tui.probes.binary import BinaryCatalog
 
@@ -256,7 +257,7 @@ class TargetBuilder:
                 targets.items.append(Target(probes, name, "hit"))
 
     def _left_out(self, name: str, classify) -> str | None:
-        from kprobe_tui.kernel.catalog import Status
+        from kprobe_tui.kernel.catalog import Status  # loaded with the catalog (_load_catalog), not before
 
         status, _reason = classify(name)
         if self.binary:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kprobe_tui.debuginfo.leb128 import sleb128, uleb128
+from kprobe_tui.debuginfo.sections import DebugSections
 
 if TYPE_CHECKING:
     from elftools.dwarf.abbrevtable import AbbrevDecl, AbbrevTable
@@ -37,8 +38,6 @@ def open_dwarf(path: Path, supplementary: Path | None = None) -> tuple[Any, ELFF
     """
     from elftools.dwarf.dwarfinfo import DwarfConfig, DWARFInfo
     from elftools.elf.elffile import ELFFile
-
-    from kprobe_tui.debuginfo.sections import DebugSections
 
     stream = open(path, "rb")  # noqa: SIM115  (kept open: the ELFFile and the mmap read it lazily)
     elf = ELFFile(stream)
