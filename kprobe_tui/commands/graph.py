@@ -20,22 +20,18 @@ import argparse
 import json
 import os
 import re
-import select
 import sys
-import time
 
 from kprobe_tui.commands.seconds import check_seconds
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import lifetime, sources
-from kprobe_tui.kernel.funcgraph import GraphSettings, GraphTracer
-from kprobe_tui.kernel.instance import our_threads
-from kprobe_tui.stream.callgraph import Call, GraphReader, PathTotals, summarize
+from kprobe_tui.kernel.funcgraph import GraphSettings
+from kprobe_tui.stream.callgraph import Call, GraphAnswer, PathTotals, graph_calls, thread_names
 from kprobe_tui.textsafe import printable
 
 DEFAULT_DEPTH = 4
 DEFAULT_MAX_CALLS = 1000
 DEFAULT_SECONDS = 10.0
-READ_SIZE = 1 << 16
 # A kernel function's name as set_graph_function takes it (no glob: one function's graph).
 _FUNCTION = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,127}")
 
@@ -69,27 +65,26 @@ def run(args) -> int:
     duration = args.duration or (None if command or args.pid else DEFAULT_SECONDS)
     child, go = _spawn_waiting(command) if command else (None, None)
     pids = tuple(args.pid) + ((child,) if child else ())
-    tracer = GraphTracer(top, GraphSettings(args.function, args.depth, pids, args.irqs))
-    graph = GraphReader()
-    calls: list[Call] = []
-    try:
-        tracer.start(our_threads())
-        assert tracer.pipe is not None, "a started tracer has its pipe open"
+    settings = GraphSettings(args.function, args.depth, pids, args.irqs)
+
+    def begin() -> None:  # the tracer records: said once it does, then the command runs from its first instruction
+        _err(f"Graphing {args.function}" + (f" in pid {', '.join(map(str, pids))}" if pids else "")
+             + "... Hit Ctrl-C to end.")
         if go is not None:
-            os.write(go, b"x")  # the command runs now, graphed from its first instruction
-        try:
-            _err(f"Graphing {args.function}" + (f" in pid {', '.join(map(str, pids))}" if pids else "")
-                 + "... Hit Ctrl-C to end.")
-            stopped = _drain(tracer.pipe, graph, calls, args, duration, child)
-        except KeyboardInterrupt:
-            stopped = "interrupted"
+            os.write(go, b"x")
+
+    try:
+        answer = graph_calls(top, settings, seconds=duration, max_calls=args.max_calls,
+                             done=(lambda: _exited(child)) if child else (lambda: False), started=begin,
+                             on_call=_print_call if args.each else None)
     finally:
-        tracer.stop()
         if go is not None:
             os.close(go)
         if child is not None:
             _reap(child)
-    _report(args, calls, graph, stopped)
+    stopped = {"deadline": f"after {duration:g} s", "max-calls": f"--max-calls {args.max_calls} reached",
+               "done": "the command exited", "interrupted": "interrupted"}[answer.ended]
+    _report(args, answer, stopped)
     return 0
 
 
@@ -121,45 +116,15 @@ def _spawn_waiting(command: list[str]) -> tuple[int, int]:
     return child, go
 
 
+def _exited(child: int) -> bool:
+    return os.waitpid(child, os.WNOHANG)[0] != 0
+
+
 def _reap(child: int) -> None:
     try:
         os.waitpid(child, 0)
     except ChildProcessError:
         pass
-
-
-def _drain(fd: int, graph: GraphReader, calls: list[Call], args, duration: float | None, child: int | None) -> str:
-    """Read trace_pipe until a bound is met; why it stopped, in words."""
-    deadline = time.monotonic() + duration if duration else None
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    partial = b""
-    exited = False
-    while True:
-        if deadline is not None and time.monotonic() >= deadline:
-            return f"after {duration:g} s"
-        poller.poll(100)
-        data = _read(fd)
-        if data:
-            lines = (partial + data).split(b"\n")
-            partial = lines.pop()
-            for call in graph.feed(line.decode(errors="replace") for line in lines):
-                calls.append(call)
-                if args.each:
-                    _print_call(call)
-                if len(calls) >= args.max_calls:
-                    return f"--max-calls {args.max_calls} reached"
-        elif exited:
-            return "the command exited"
-        if child is not None and not exited and os.waitpid(child, os.WNOHANG)[0]:
-            exited = True  # one more read: what it did last is still in the buffer
-
-
-def _read(fd: int) -> bytes:
-    try:
-        return os.read(fd, READ_SIZE)
-    except BlockingIOError:
-        return b""
 
 
 def _print_call(call: Call, depth: int = 0) -> None:
@@ -170,12 +135,13 @@ def _print_call(call: Call, depth: int = 0) -> None:
         _print_call(child, depth + 1)
 
 
-def _report(args, calls: list[Call], graph: GraphReader, stopped: str) -> None:
-    totals = summarize(calls)
-    tasks = _threads(calls)
+def _report(args, answer: GraphAnswer, stopped: str) -> None:
+    calls, totals = answer.calls, answer.paths
+    tasks = thread_names(calls)
     if args.json:
-        json.dump({"function": args.function, "calls": len(calls), "stopped": stopped, "orphans": graph.orphans,
-                   "unfinished": graph.open_calls, "threads": tasks,
+        json.dump({"function": args.function, "calls": len(calls), "stopped": stopped, "orphans": answer.orphans,
+                   "lost": answer.lost,
+                   "unfinished": answer.open_calls, "threads": tasks,
                    "paths": [{"path": list(p.path), "calls": p.calls, "total_ns": p.total_ns, "self_ns": p.self_ns}
                              for p in totals]}, sys.stdout)
         sys.stdout.write("\n")
@@ -183,22 +149,15 @@ def _report(args, calls: list[Call], graph: GraphReader, stopped: str) -> None:
     threads = f"{len(tasks)} thread{'s' if len(tasks) != 1 else ''}" + (f" ({', '.join(tasks[:3])}"
                                                                          f"{', ...' if len(tasks) > 3 else ''})" if tasks else "")
     print(f"# {args.function}: {len(calls)} call{'s' if len(calls) != 1 else ''} on {threads}; stopped {stopped}")
-    if graph.orphans or graph.open_calls:
-        print(f"# left out: {graph.orphans} lines of calls begun before the start (or whose entry was lost), "
-              f"{graph.open_calls} calls still open at the end")
+    if answer.lost:
+        print(f"# the kernel lost {answer.lost} entries and returns (its ring filled faster than it was read): "
+              "the calls they belonged to are left out; a lower --depth loses fewer")
+    if answer.orphans or answer.open_calls:
+        print(f"# left out: {answer.orphans} lines of calls begun before the start (or whose entry was lost), "
+              f"{answer.open_calls} calls still open at the end")
     print(f"{'calls':>8} {'total us':>12} {'self us':>12}  call path")
     for entry in totals:
         print(_row(entry))
-
-
-def _threads(calls: list[Call]) -> list[str]:
-    """``dd-119`` for each thread; a call the kernel printed as ``<...>`` (its name not yet saved) takes the
-    name its thread's other calls had."""
-    names: dict[int, str] = {}
-    for call in calls:
-        if call.task != "<...>" or call.pid not in names:
-            names[call.pid] = call.task
-    return sorted(f"{printable(name)}-{pid}" if pid >= 0 else f"cpu{-1 - pid}" for pid, name in names.items())
 
 
 def _row(entry: PathTotals) -> str:

@@ -376,6 +376,23 @@ async def to_stats_count(pilot: Pilot) -> None:
     await settled(pilot)
 
 
+def guest_graph():
+    """vfs_read's calls as the 6.1 guest's own function_graph tracer printed them (tests/fixtures/graph)."""
+    from kprobe_tui.stream.callgraph import GraphAnswer, GraphReader
+
+    reader = GraphReader()
+    calls = reader.feed((Path(__file__).parents[1] / "fixtures" / "graph" / "vfs_read-6.1.txt").read_text().splitlines())
+    return GraphAnswer(calls, "deadline", reader.orphans, reader.open_calls, reader.lost)
+
+
+async def to_graph(pilot: Pilot) -> None:
+    """The call graph of vfs_read, replayed from the guest's trace."""
+    from kprobe_tui.tui.screens.calltree import CallGraphScreen
+
+    await pilot.app.push_screen(CallGraphScreen("vfs_read", None, guest_graph()))
+    await settled(pilot)
+
+
 async def to_help(pilot: Pilot) -> None:
     """``?`` on the function browser."""
     await catalog_loaded(pilot)
@@ -398,6 +415,7 @@ STATES = [
     State("functions-no-kprobes", kernel_without_kprobes_app, to_functions),
     State("stats", kernel_app, to_stats),
     State("stats-count", kernel_app, to_stats_count),
+    State("graph", kernel_app, to_graph),
     *(State(f"theme-{theme}", lambda theme=theme: kernel_app(theme), to_functions, sizes=((80, 24),))
       for theme in ("light", "high-contrast", "monochrome")),
 ]

@@ -1,0 +1,64 @@
+"""The call graph screen under Pilot: on this kernel, which has no function_graph tracer, the run's refusal is
+said on the screen and nothing is touched; a replay of the 6.1 guest's real trace (tests/fixtures/graph) is one
+row per call path, open two levels deep, and enter asks for the highlighted function's source."""
+
+from __future__ import annotations
+
+import pytest
+from textual.app import App
+from textual.widgets import Static, Tree
+
+from kprobe_tui.kernel.sources import locate
+from kprobe_tui.stream.callgraph import summarize
+from kprobe_tui.tui.navigation import OpenSource
+from kprobe_tui.tui.screens.calltree import CallGraphScreen
+from tests.tui.states import guest_graph, until
+
+
+class Host(App):
+    """The screen alone; what it asks the app for is kept."""
+
+    def __init__(self, screen: CallGraphScreen) -> None:
+        super().__init__()
+        self.graph_screen = screen
+        self.asked: list[str] = []
+
+    def on_mount(self) -> None:
+        self.push_screen(self.graph_screen)
+
+    def on_open_source(self, message: OpenSource) -> None:
+        self.asked.append(message.function)
+
+
+def status(app: Host) -> str:
+    return str(app.graph_screen.query_one("#graph-status", Static).render())
+
+
+@pytest.mark.live
+async def test_a_kernel_without_the_graph_tracer_is_said_on_the_screen(tracefs_root):
+    tracefs = locate().tracing()
+    before = tracefs.read("current_tracer")
+    app = Host(CallGraphScreen("vfs_read", tracefs))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: "no function_graph tracer" in status(app), "the refusal is shown")
+        assert not app.graph_screen.running
+    assert tracefs.read("current_tracer") == before
+
+
+async def test_the_guests_calls_are_one_row_per_path_and_enter_opens_the_source():
+    answer = guest_graph()
+    app = Host(CallGraphScreen("vfs_read", None, answer))
+    async with app.run_test(size=(80, 24)) as pilot:
+        tree = app.graph_screen.query_one("#call-tree", Tree)
+        await until(pilot, lambda: tree.root.children, "the tree is filled")
+        paths = summarize(answer.calls)
+        [root] = tree.root.children
+        assert root.data == "vfs_read" and root.is_expanded
+        assert [child.data for child in root.children] == [p.path[-1] for p in paths if len(p.path) == 2]
+        assert not any(child.is_expanded for child in root.children)  # two levels open: the rest on demand
+        assert str(root.label).split()[0] == str(len(answer.calls))
+        assert f"vfs_read: {len(answer.calls)} calls on 4 threads" in status(app)
+        await pilot.press("down")
+        await pilot.press("enter")
+        await until(pilot, lambda: app.asked, "the source is asked for")
+        assert app.asked == [root.children[0].data]
