@@ -1,11 +1,13 @@
-"""The student reader (perf_event_open) beside the instance reader (trace_pipe) on the same uprobe flood.
+"""The student readers (our perf_event_open, a perf binary's record) beside the instance reader (trace_pipe)
+on the same uprobe flood.
 
-Needs root and uprobes (this machine); root may take either reader, so both run here on the same
+Needs root and uprobes (this machine); root may take any reader, so all run here on the same
 program: tests/live/c/tail_values.c compiled, a uprobe on hit() (n, a string, an int array), and
 PROCS copies of the program each making CALLS hits at once (2 copies: both CPUs trap). For each
 reader it prints the hits the programs made per second, what the reader stored and lost, how long
 after the flood it was done, and its CPU: events stored per CPU-second of this process (the reader's
-thread and the store; the programs are children, not counted). The issue's goal: no silent loss
+thread and the store; the programs are children, not counted; perf record's own CPU, a child too, is
+printed apart). The issue's goal: no silent loss
 (stored + lost = hits), and the student reader's rate within 2x of the instance reader's.
 Usage: python benchmarks/bench_student_reader.py [--calls N] [--procs P] [--rounds R]
 """
@@ -29,6 +31,7 @@ from kprobe_tui.probes.symbols import ElfSymbols
 from kprobe_tui.stream.session import StudentSession, TailSession
 
 ROOT = Path(__file__).resolve().parents[1]
+PERF = "/usr/bin/perf"
 GROUP = "kptbenchstudent"
 PROBE = "n=%di:s64 s=+0(%si):string arr=+0(%dx):s32[4]"
 
@@ -88,19 +91,25 @@ def main() -> int:
         try:
             print(f"{args.procs} programs x {args.calls:,} uprobe hits, {args.rounds} rounds a reader "
                   f"(perf ring: {ring_pages()} pages a CPU; instance: the kernel's default buffer)")
-            per_cpu: dict[str, list[float]] = {"instance": [], "student": []}
+            labels = {"instance": "instance reader (trace_pipe text)", "student": "student reader (perf_event_open)",
+                      "perf": "student reader (perf record pipe)"}
+            per_cpu: dict[str, list[float]] = {name: [] for name in labels}
             for round_number in range(args.rounds):
                 print(f"round {round_number + 1}")
-                for name, kind in (("instance", TailSession), ("student", StudentSession)):
-                    run = flood(kind(top, [f"{GROUP}/hit"], max_events=args.calls * args.procs + 10), binary,
-                                args.calls, args.procs)
+                for name, label in labels.items():
+                    session = (TailSession if name == "instance" else StudentSession)(
+                        top, [f"{GROUP}/hit"], max_events=args.calls * args.procs + 10)
+                    if name == "perf":
+                        session.perf = PERF
+                    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    run = flood(session, binary, args.calls, args.procs)
                     per_cpu[name].append(run["stored"] / max(run["cpu"], 1e-9))
-                    label = ("instance reader (trace_pipe text)" if name == "instance"
-                             else "student reader (perf_event_open)")
-                    print(line(label, run))
-            ratio = statistics.median(per_cpu["student"]) / statistics.median(per_cpu["instance"])
-            print(f"median events per CPU-second: student {statistics.median(per_cpu['student']):,.0f}, instance "
-                  f"{statistics.median(per_cpu['instance']):,.0f}: the student reader at {ratio:.2f} x (goal >= 0.5)")
+                    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    spent = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
+                    print(line(label, run) + (f" (+ perf and the programs: {spent:.2f} CPU-s)" if name == "perf" else ""))
+            medians = {name: statistics.median(rates) for name, rates in per_cpu.items()}
+            print("median events per CPU-second of this process: " + ", ".join(f"{name} {rate:,.0f}" for name, rate in medians.items())
+                  + f": our perf_event_open at {medians['student'] / medians['instance']:.2f} x the instance reader (goal >= 0.5)")
         finally:
             top.write("uprobe_events", f"-:{GROUP}/hit\n")
     return 0

@@ -4,13 +4,17 @@ the kernel filter, and the refusal a user gets under the default paranoid level 
 from __future__ import annotations
 
 import os
+import random
+import struct
 import subprocess
 from pathlib import Path
 
 import pytest
 from test_lab_mode import as_user
 
-from kprobe_tui.kernel.perfevent import Batch, TracepointSampler, paranoid, parse_records, probe_permission, read_event_id
+from kprobe_tui.errors import UserError
+from kprobe_tui.kernel.perfevent import RECORD_SAMPLE, Batch, TracepointSampler, paranoid, parse_records, probe_permission, read_event_id
+from kprobe_tui.kernel.perfpipe import PerfRecordPipe, PipeDecoder
 from kprobe_tui.kernel.tracefs import Tracefs
 from kprobe_tui.probes.symbols import ElfSymbols
 from kprobe_tui.stream.rawformat import compile_format
@@ -21,6 +25,7 @@ pytestmark = pytest.mark.live
 SOURCE = Path(__file__).parent / "c" / "tail_values.c"
 GROUP = f"kpperftest_{os.getpid()}"
 PROBE = "n=%di:s64 s=+0(%si):string arr=+0(%dx):s32[4]"
+PERF = "/usr/bin/perf"
 
 
 @pytest.fixture
@@ -139,3 +144,51 @@ def test_cut_and_unknown_records_are_skipped_not_read_past():
     lost = (2).to_bytes(4, "little") + (0).to_bytes(2, "little") + (24).to_bytes(2, "little") + bytes(8) + (7).to_bytes(8, "little")
     unknown = (99).to_bytes(4, "little") + (0).to_bytes(2, "little") + (16).to_bytes(2, "little") + bytes(8)
     assert parse_records(unknown + lost + lost, [], {}) == 14
+
+
+def first_sample(data: bytes) -> tuple[int, int]:
+    """Where perf.data in pipe mode has its first sample record, and its size (walked record by record)."""
+    at = 16
+    while True:
+        kind, _, size = struct.unpack_from("<IHH", data, at)
+        if kind == RECORD_SAMPLE:
+            return at, size
+        at += size + (struct.unpack_from("<I", data, at + 8)[0] if kind == 66 else 0)  # tracing data follows its record
+
+
+def test_perf_records_pipe_output_decodes_to_every_call_once(probed):
+    """perf record -o - of two programs' flood (root's perf: set-up 2's reader without the set-up), decoded in
+    pieces of random sizes: each call once, the repeats perf 6.1 writes under a flood dropped and counted."""
+    event_dir, binary = probed
+    calls = 10_000
+    recording = subprocess.Popen([PERF, "record", "--quiet", "--no-buffering", "--synth=no", "-a", "-o", "-", "-e",
+                                  f"{GROUP}:hit", "--", "sh", "-c", f"{binary} {calls} q & {binary} {calls} q; wait"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    data, _ = recording.communicate(timeout=300)
+    decoder, batch, per_cpu = PipeDecoder(), Batch([], 0, {}), {}
+    chunks = random.Random(23)
+    at = 0
+    while at < len(data):
+        size = chunks.randint(1, 100_000)
+        decoder.feed(data[at:at + size], batch, per_cpu)
+        at += size
+    samples = [sample for cpu in per_cpu.values() for sample in cpu]
+    values = sorted(int(compile_format((event_dir / "format").read_text()).decode(s.raw, 0.0, s.cpu, "", s.pid).body
+                        .split(" n=")[1].split()[0]) for s in samples)
+    assert values == sorted(list(range(100, 100 + calls)) * 2) and batch.lost == 0, (len(values), decoder.repeated)
+
+    first, size = first_sample(data)
+    repeated = data[:first + size] + data[first:first + size] + data[first + size:]
+    again = PipeDecoder()
+    again.feed(repeated, Batch([], 0, {}), per_cpu := {})
+    assert sum(map(len, per_cpu.values())) == 2 * calls and again.repeated == decoder.repeated + 1
+
+
+def test_a_perf_that_cannot_record_says_why_at_once(probed):
+    pipe = PerfRecordPipe(PERF, {f"{GROUP}/nosuchevent": ""})
+    try:
+        with pytest.raises(UserError) as refused:
+            pipe.enable()
+    finally:
+        pipe.close()
+    assert f"{PERF} record ended" in refused.value.message and "nosuchevent" in refused.value.message
