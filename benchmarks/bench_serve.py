@@ -9,7 +9,9 @@ latency runs from ``tmux send-keys`` to the first ``capture-pane`` that differs 
 emulator's pixels; each poll is a tmux client, ~2 ms). The key is Down then Up in the function list, one session
 at a time while the others sit idle, after two keys per session not counted (a session's first key
 costs ~400 ms: its first detail pane). Memory: each session's kprobe-tui process, RSS and PSS (its share of pages
-it shares, e.g. with the other sessions' Python), and the server's RSS.
+it shares, e.g. with the other sessions' Python), and the server's RSS. Start-up: from the first tab
+(pane) opened to every session's first answer in its page, and to every page painted (headless Chromium paints
+xterm.js's WebGL in software, on the same CPUs as the apps).
 
 Usage (root; chromium, playwright, tmux, setpriv): python benchmarks/bench_serve.py [--sessions 1,8,24] [--keys N]
 """
@@ -43,12 +45,13 @@ WARM_UP = 2  # keys per session before the measured ones
 # In the page: the time of each keydown, and of the second frame after the first answer that follows it.
 PROBE = """
 (() => {
-  window.kptui = {pending: null, done: []};
+  window.kptui = {pending: null, done: [], first: null};
   window.addEventListener("keydown", () => { window.kptui.pending = performance.now(); }, true);
   const Native = window.WebSocket;
   window.WebSocket = function (...args) {
     const socket = new Native(...args);
     socket.addEventListener("message", () => {
+      if (window.kptui.first === null) window.kptui.first = Date.now();
       const start = window.kptui.pending;
       if (start === null) return;
       window.kptui.pending = null;
@@ -125,7 +128,7 @@ def bench_browser(token_file: Path, token: str, count: int, keys: int) -> None:
             login.fill("input[name=user]", USER)
             login.fill("input[name=token]", token)
             login.click("button")
-            started = time.perf_counter()
+            started, started_at = time.perf_counter(), time.time()
             pages = [login] + [context.new_page() for _ in range(count - 1)]
             for page in pages[1:]:
                 page.goto(url + "/")
@@ -133,6 +136,7 @@ def bench_browser(token_file: Path, token: str, count: int, keys: int) -> None:
             for page in pages:  # drawn: the app's first answer painted (its title)
                 page.wait_for_function("document.body.classList.contains('-first-byte')", polling=50, timeout=300_000)
             ready = time.perf_counter() - started
+            arrived = max(page.evaluate("window.kptui.first") for page in pages) / 1000 - started_at
             pages[0].wait_for_timeout(3000)  # the function list loaded in every session
             samples = []
             for page in pages:
@@ -145,7 +149,8 @@ def bench_browser(token_file: Path, token: str, count: int, keys: int) -> None:
                     page.wait_for_timeout(50)  # the frame settled before the next key
                 samples += page.evaluate("window.kptui.done")[WARM_UP:]
             sizes = sorted(set(served_sessions().values()))
-            print(f"  browser {count:2} sessions ({', '.join(sizes)}; all drawn in {ready:5.1f} s): key->pixels {summary(samples)}")
+            print(f"  browser {count:2} sessions ({', '.join(sizes)}; every first answer in {arrived:5.1f} s, "
+                  f"all drawn in {ready:5.1f} s): key->pixels {summary(samples)}")
             print(f"  {'':29}{memory(list(served_sessions()))}; server RSS "
                   f"{psutil.Process(server.pid).memory_info().rss / 2**20:.1f} MiB")
             browser.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 from pathlib import Path
 
 from kprobe_tui.errors import UserError
@@ -18,6 +19,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--keyfile", metavar="FILE", help="its private key (PEM)")
     parser.add_argument("--public-url", metavar="URL",
                         help="the URL browsers use, behind a reverse proxy (its origin is the only one accepted)")
+    parser.add_argument("--pam", action="store_true",
+                        help="students may also log in with their Unix password (PAM service login; needs pamela)")
     parser.add_argument("--add-token", metavar="USER", help="make a token for USER (replacing theirs), print it and exit")
     parser.add_argument("--teacher", action="store_true", help="with --add-token: the user may also see the teacher's view")
     parser.set_defaults(run=run)
@@ -38,6 +41,10 @@ def run(args) -> int:
     if args.public_url and not args.public_url.startswith(("http://", "https://")):
         raise UserError(f"--public-url {args.public_url} is not an http:// or https:// URL", "give the URL browsers open")
     tls = server.check_listening(args.host, args.certfile, args.keyfile)
-    tokens.read_entries(token_file)  # a missing or unsafe token file said at start, not at the first login
-    asyncio.run(server.serve(args.host, args.port, token_file, tls, args.public_url))
+    if args.pam:
+        if importlib.util.find_spec("pamela") is None:
+            raise UserError("--pam needs the pamela library, which is not installed", "pip install pamela")
+    else:  # a missing or unsafe token file said at start, not at the first login
+        tokens.read_entries(token_file)
+    asyncio.run(server.serve(args.host, args.port, token_file, tls, args.public_url, args.pam))
     return 0

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kprobe_tui.errors import UserError
+from kprobe_tui.files import NoSuchFile
 from kprobe_tui.probes.guard import SERVED_BY
 from kprobe_tui.serve import tokens
 from kprobe_tui.textsafe import printable
@@ -133,8 +134,8 @@ async def end_group(process: asyncio.subprocess.Process) -> None:
 class Classroom:
     """The aiohttp application: login, the app page, its websocket, the teacher's view."""
 
-    def __init__(self, token_file: Path, public_url: str | None = None) -> None:
-        self.token_file = token_file
+    def __init__(self, token_file: Path, public_url: str | None = None, pam: bool = False) -> None:
+        self.token_file, self.pam = token_file, pam
         self.public_url = public_url.rstrip("/") if public_url else None
         self.logins: dict[str, LoggedIn] = {}
         self.apps: set = set()  # every StudentApp running, to stop with the server
@@ -177,7 +178,8 @@ class Classroom:
         from aiohttp import web
 
         message = f'<p class="problem">{html.escape(problem)}</p>' if problem else ""
-        return web.Response(status=status, content_type="text/html", text=LOGIN_PAGE.format(problem=message))
+        secret = "token or Unix password" if self.pam else "token"
+        return web.Response(status=status, content_type="text/html", text=LOGIN_PAGE.format(problem=message, secret=secret))
 
     async def log_in(self, request):
         from aiohttp import web
@@ -186,10 +188,17 @@ class Classroom:
             return await self.login_page(request, "refused: this form was not sent from this server's page", 403)
         form = await request.post()
         user, token = str(form.get("user", "")), str(form.get("token", ""))
-        login = tokens.check(self.token_file, user, token)
+        try:
+            login = tokens.check(self.token_file, user, token)
+        except UserError as exc:  # changed since the start: the administrator is told, the student refused
+            if not (self.pam and isinstance(exc, NoSuchFile)):
+                say(str(exc))
+            login = None
+        if login is None and self.pam and user and token:  # PAM blocks (3 s a wrong password): off the loop
+            login = await asyncio.get_running_loop().run_in_executor(None, tokens.check_password, user, token)
         if login is None:
             say(f"refused a login as {user!r} from {request.remote}")
-            return await self.login_page(request, "unknown user or wrong token", 403)
+            return await self.login_page(request, f"unknown user or wrong {'token or password' if self.pam else 'token'}", 403)
         now = time.time()
         for key in [key for key, logged in self.logins.items() if logged.expires < now and not logged.sessions]:
             del self.logins[key]
@@ -358,11 +367,11 @@ def check_listening(host: str, certfile: str | None, keyfile: str | None):
     return context
 
 
-async def serve(host: str, port: int, token_file: Path, tls, public_url: str | None) -> None:
+async def serve(host: str, port: int, token_file: Path, tls, public_url: str | None, pam: bool) -> None:
     """Listen until SIGTERM, SIGHUP or SIGINT; then every session is ended before the server exits."""
     from aiohttp import web
 
-    classroom = Classroom(token_file, public_url)  # the bounds refused before listening
+    classroom = Classroom(token_file, public_url, pam)  # the bounds refused before listening
     runner = web.AppRunner(classroom.make_app(), handle_signals=False, access_log=None)  # no request is logged
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=tls)
@@ -391,7 +400,7 @@ LOGIN_PAGE = """<!DOCTYPE html>
 input,button{{font:inherit;margin:.3em 0;padding:.3em}} .problem{{color:#f77}}</style></head>
 <body><form method="post" action="/login"><h1>kprobe-tui</h1>{problem}
 <label>user<br><input name="user" autocomplete="username" autofocus></label><br>
-<label>token<br><input name="token" type="password" autocomplete="current-password"></label><br>
+<label>{secret}<br><input name="token" type="password" autocomplete="current-password"></label><br>
 <label><input type="checkbox" name="teacher"> teacher's view</label><br>
 <button type="submit">log in</button></form></body></html>
 """

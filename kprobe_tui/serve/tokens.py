@@ -4,6 +4,7 @@ One line a user, ``USER ROLE SHA256``: ROLE is ``student`` or ``teacher`` (who m
 view). Only the token's SHA-256 is stored: a token is 256 random bits, so a slow password hash would add
 nothing against guessing it, and the file leaks no way in. The file holds the keys to sessions run as
 each student, so it must be root's (or the server's user's) and 0600: any other is refused, not read.
+With ``serve --pam`` a student may instead give their Unix password, checked by PAM (``check_password``).
 """
 
 from __future__ import annotations
@@ -70,13 +71,31 @@ def check(path: Path, user: str, token: str) -> Login | None:
     role, digest = read_entries(path).get(user, ("", "0" * 64))
     if not hmac.compare_digest(digest, _digest(token)) or not role:
         return None
+    return _login(user, teacher=role == "teacher")
+
+
+def check_password(user: str, password: str) -> Login | None:
+    """The student ``user`` proves with their Unix password, through PAM's ``login`` service (its
+    pam_faildelay makes each wrong guess cost 3 s on Debian); never root, never a teacher."""
+    import pamela  # type: ignore[import-untyped]
+
+    try:
+        pamela.authenticate(user, password, service="login", resetcred=0)  # no credentials set in the server
+    except pamela.PAMError:
+        return None
+    return _login(user, teacher=False)
+
+
+def _login(user: str, *, teacher: bool) -> Login | None:
+    """``user``'s Login, or None for a user who has left the machine, and for root (a session as root is
+    what serve exists to avoid: add() refuses it, a line edited in by hand or PAM must too)."""
     try:
         entry = pwd.getpwnam(user)
     except KeyError:
         return None
-    if entry.pw_uid == 0:  # a line edited in by hand: add() refuses root
+    if entry.pw_uid == 0:
         return None
-    return Login(user, entry.pw_uid, entry.pw_gid, entry.pw_dir, role == "teacher")
+    return Login(user, entry.pw_uid, entry.pw_gid, entry.pw_dir, teacher)
 
 
 def add(path: Path, user: str, *, teacher: bool) -> str:

@@ -35,6 +35,8 @@ pytestmark = [pytest.mark.live,
 PROJECT = Path(__file__).parents[2]
 SCREENSHOTS = PROJECT / "screenshots"
 STUDENTS = ("kptuiweb1", "kptuiweb2")  # the second is also the teacher
+# The footer while the filter has the focus: "/ Filter" and the help keys, none of the list's.
+FILTER_FOOTER = re.compile(r"/ Filter +▏?\^p")
 ESCAPES = re.compile(r"\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>78]")
 
 
@@ -143,10 +145,10 @@ class Student:
         """The text sent (from frame ``since`` on), without the terminal's escape sequences."""
         return ESCAPES.sub("", "".join(self.frames[since:]))
 
-    def wait_to_show(self, text: str, what: str, since: int = 0, seconds: float = 60) -> None:
+    def wait_to_show(self, text: str | re.Pattern, what: str, since: int = 0, seconds: float = 60) -> None:
         """Until the app has sent ``text``; Playwright delivers frames only while it is called, so it waits."""
         deadline = time.monotonic() + seconds
-        while text not in self.screen(since):
+        while not (text.search(self.screen(since)) if isinstance(text, re.Pattern) else text in self.screen(since)):
             assert time.monotonic() < deadline, f"never shown: {what}\n{self.screen()[-3000:]}"
             self.page.wait_for_timeout(100)
 
@@ -170,7 +172,12 @@ def test_two_students_each_run_as_their_own_uid_browse_and_open_source(browser, 
         tab.wait_to_show(f"LAB MODE: read-only — you are uid {uid}", f"{user}'s lab-mode title")
     assert not sessions(0), "no session runs as the server's user"
     for user, tab in tabs.items():
-        tab.keys("/", *"vfs_read")
+        # "/" focuses the filter once the app has handled it: a letter sent sooner goes to the list's keys, so
+        # first the footer of the focused filter (the list's keys gone from it)
+        sent = len(tab.frames)
+        tab.keys("/")
+        tab.wait_to_show(FILTER_FOOTER, f"{user}'s filter focused", since=sent)
+        tab.keys(*"vfs_rea[d]")  # a glob: vfs_read alone, whatever else has vfs_read in its name
         # The filter applies as the app gets to it: Enter opens what is highlighted then, so first the
         # detail pane of vfs_read (its BTF prototype), then the source screen (DWARF source or, without it, why)
         tab.wait_to_show("ssize_t vfs_read(struct file", f"{user}'s list filtered to vfs_read")
@@ -272,6 +279,29 @@ def test_with_a_certificate_the_class_is_served_over_tls_and_the_cookie_is_secur
         tab.close()
     finally:
         server.stop()
+    wait_for(lambda: not sessions(), "every session ended with the server")
+
+
+def test_with_pam_a_student_logs_in_with_their_unix_password(browser, students):
+    pytest.importorskip("pamela", reason="--pam needs pamela (pip install pamela)")
+    made, token_file = students
+    uid, _ = made[STUDENTS[0]]
+    password = "correct horse battery staple"
+    subprocess.run(["chpasswd"], input=f"{STUDENTS[0]}:{password}\n", text=True, check=True)
+    try:
+        server = Server(token_file, "--pam")
+        try:
+            wrong = Student(browser, server, STUDENTS[0], password + "!")
+            assert "unknown user or wrong token or password" in wrong.page.content()
+            wrong.close()
+            tab = Student(browser, server, STUDENTS[0], password)
+            tab.wait_to_show(f"LAB MODE: read-only — you are uid {uid}", "the session of a PAM login")
+            assert sessions(uid) and not any(password in line for line in server.lines)
+            tab.close()
+        finally:
+            server.stop()
+    finally:
+        subprocess.run(["usermod", "--password", "!", STUDENTS[0]], check=True)  # locked again, as useradd made it
     wait_for(lambda: not sessions(), "every session ended with the server")
 
 
