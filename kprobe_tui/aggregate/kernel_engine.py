@@ -26,7 +26,6 @@ from kprobe_tui.stream import filterexpr
 
 # A small ring: events are built for the triggers and discarded, never kept for a reader.
 BUFFER_KB = 64
-_U64 = 1 << 64
 _TAGS = itertools.count(1)  # instance, variable and synthetic event names unique within this process
 
 
@@ -103,8 +102,6 @@ class KernelHistEngine(_InstanceOwner):
         self._dropped: Counter = Counter()
         self._unmatched = 0
         self._latency: LatencyTriggers | None = None
-        self._trackers: list[tuple[Trigger, int]] = []
-        self._generation = 0
 
     def start(self) -> None:
         self.instance.create(BUFFER_KB)
@@ -130,15 +127,8 @@ class KernelHistEngine(_InstanceOwner):
                                 self.conditions.get(ret.event, ""), self.arguments.get("comm"))
         self.define(plan.synthetic.name, plan.synthetic.definition())
         self._latency = plan
-        for trigger in plan.downstream():
+        for trigger in plan.downstream() + plan.upstream():
             self.add(trigger)
-        self._add_trackers(plan)
-        for trigger in plan.upstream():
-            self.add(trigger)
-
-    def _add_trackers(self, plan: LatencyTriggers) -> None:
-        self._trackers += [(tracker, self.add(tracker)) for tracker in plan.trackers(self._generation)]
-        self._generation += 1
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -200,37 +190,42 @@ class KernelHistEngine(_InstanceOwner):
             tally.count(tuple(key), hits)
 
     def _collect_latency(self, plan: LatencyTriggers) -> Tally:
-        old = self._trackers
-        self._trackers = []
-        self._add_trackers(plan)  # the next interval's first: between the two, no return goes unseen
+        # One read for both tables: a return between them is rare, and only makes an extreme its bucket's bound.
         tables = parse_hist(self.triggers.hist("synthetic", plan.synthetic.name), frozenset({SYNTHETIC_COMM}))
         table = self._table("synthetic", plan.synthetic.name, plan.table, tables=tables)
         tally = Tally()
         for entry, hits in self._new_hits("latency", table):
             *by, bucket = entry.key  # by: comm (the synthetic event's string) or pid, in the model's order
             total = entry.values.get("lat", 0)
-            cell = tally.cell(tuple(by))
-            cell.add_grouped(bucket, hits, total - self._sums[entry.key])
+            tally.cell(tuple(by)).add_grouped(bucket, hits, total - self._sums[entry.key])
             self._sums[entry.key] = total
-            if bucket == 0:  # lat1.log2 of 0 holds latency 0 alone, which the min tracker never saves (below)
-                cell.extend(0, None)
-        for tracker, token in old:
-            is_high = tracker.variables[0][1] == "lat"
-            found = next((t for t in tables if tracker.matches(t)), None)
-            for entry in found.entries if found else ():
-                # onmax() saves only a value above the one before, which starts at 0: an entry with no
-                # "max" only ever saw 0 (every latency 0, in ms of a fast function, say).
-                seen = entry.extras.get("max", 0)
-                value = seen if is_high else (_U64 - seen) % _U64
-                key = tuple(entry.key) if plan.by else ()
-                tally.cell(key).extend(None if is_high else value, value if is_high else None)
-            self.drop(token)
+        latencies: dict[tuple, Counter] = {}
+        for entry, hits in self._new_hits("extremes", self._table("synthetic", plan.synthetic.name, plan.extremes,
+                                                                  tables=tables)):
+            *by, latency = entry.key
+            latencies.setdefault(tuple(by), Counter())[latency] += hits
+        for key, cell in tally.cells.items():
+            assert cell.grouped is not None, "a latency cell is made by add_grouped"
+            cell.extend(self._extreme(cell.grouped, latencies.get(key, Counter()), min),
+                        self._extreme(cell.grouped, latencies.get(key, Counter()), max))
         returns = self._table(plan.returns.group, plan.returns.event, plan.returns)
         unmatched = max(0, returns.hits - table.hits)
         tally.unmatched = max(0, unmatched - self._unmatched)
         self._unmatched = max(unmatched, self._unmatched)
         tally.dropped = self._new_dropped("latency", table)
         return tally
+
+    def _extreme(self, buckets: Counter, latencies: Counter, end) -> int:
+        """The least (``end`` min) or greatest (max) latency: the exact table's, when it has every hit of
+        that end's bucket; else the bucket's own bound (the exact table was full)."""
+        scheme = self.aggregation.bucket_scheme
+        bucket = end(buckets)
+        inside = [latency for latency in latencies if scheme.index(latency) == bucket]
+        if inside and sum(latencies[latency] for latency in inside) == buckets[bucket]:
+            return end(inside)
+        low, high = scheme.bounds(bucket)
+        assert low is not None and high is not None, "latencies are never negative: every bucket is closed"
+        return low if end is min else high - 1
 
 
 class ProfileEngine(_InstanceOwner):

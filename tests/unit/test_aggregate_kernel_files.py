@@ -3,6 +3,8 @@ the parser reads every table, our triggers find theirs, and the kernel's offer i
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from kprobe_tui.aggregate.histfile import HistKey, as_signed, parse_hist
@@ -57,36 +59,33 @@ def test_our_triggers_find_their_tables(kernel):
                                ("kptcap", "nap__return"), "kptui_1__lat1", "1", "", "", comm_field="kptui_comm")
     synthetic = parse_hist(fixture(kernel, "nap_latency.hist"), frozenset({"comm"}))
     returns = parse_hist(fixture(kernel, "nap_return.hist"))
-    high, low = latency.trackers(0)
-    assert [latency.table.matches(t) for t in synthetic] == [True, False, False]
-    assert [high.matches(t) for t in synthetic] == [False, True, False]
-    assert [low.matches(t) for t in synthetic] == [False, False, True]
+    assert [latency.table.matches(t) for t in synthetic] == [True, False]
+    assert [latency.extremes.matches(t) for t in synthetic] == [False, True]
     assert [latency.returns.matches(t) for t in returns] == [True, False]
     assert [latency.ret.matches(t) for t in returns] == [False, True]
-    assert latency.synthetic.definition() == "kptui_1__lat1 u64 lat; u64 lat1; u64 nlat; char comm[]"
-    assert latency.ret.handler == "onmatch(kptcap.nap).trace(kptui_1__lat1,$lt1,$lb1,$ln1,kptui_comm)"
+    assert latency.synthetic.definition() == "kptui_1__lat1 u64 lat; u64 lat1; char comm[]"
+    assert latency.ret.handler == "onmatch(kptcap.nap).trace(kptui_1__lat1,$lt1,$lb1,kptui_comm)"
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_latency_tables_give_buckets_sum_min_max_and_unmatched(kernel):
     """aggregate recurse 2 with latency in ns: rec(3) twice; the innermost sleeps 2 ms."""
-    table, high, low = parse_hist(fixture(kernel, "rec_latency.hist"))
+    table, extremes = parse_hist(fixture(kernel, "rec_latency.hist"))
     [returns, matched] = parse_hist(fixture(kernel, "rec_return.hist"))
     assert table.hits == 2 and returns.hits == 8 and matched.hits == 2  # 6 outer returns found no entry
-    [(bucket, hits, total)] = [(e.key[0], e.hitcount, e.values["lat"]) for e in table.entries]
-    maximum = high.entries[0].extras["max"]
-    minimum = (1 << 64) - low.entries[0].extras["max"]
-    assert hits == 2 and 2_000_000 <= minimum <= maximum < 20_000_000  # 2 ms asked; the guest's timers run late
-    assert minimum + maximum == total  # two calls
-    assert (1 << (bucket - 1)) <= minimum and maximum < (1 << bucket)  # lat1.log2 of lat+1: bpftrace's bucket
+    latencies = sorted(latency for e in extremes.entries for latency in [e.key[0]] * e.hitcount)
+    assert len(latencies) == 2 and 2_000_000 <= latencies[0] <= latencies[1] < 20_000_000  # 2 ms asked; timers run late
+    assert sum(e.values["lat"] for e in table.entries) == sum(latencies)
+    # lat1.log2, the log2 of lat+1, is bpftrace's bucket of lat: N for [2^(N-1), 2^N)
+    assert {e.key[0]: e.hitcount for e in table.entries} == Counter(latency.bit_length() for latency in latencies)
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_latency_per_comm_in_microseconds(kernel):
-    table, high, low = parse_hist(fixture(kernel, "nap_latency.hist"), frozenset({"comm"}))
+    table, extremes = parse_hist(fixture(kernel, "nap_latency.hist"), frozenset({"comm"}))
     assert {e.key[0] for e in table.entries} == {"kptcap_aggregat"}  # the comm at the return, cut to 15 by the kernel
-    assert sum(e.hitcount for e in table.entries) == 4
-    assert 5000 <= (1 << 64) - low.entries[0].extras["max"] <= high.entries[0].extras["max"]
+    assert sum(e.hitcount for e in table.entries) == sum(e.hitcount for e in extremes.entries) == 4
+    assert {e.key[0] for e in extremes.entries} == {"kptcap_aggregat"} and min(e.key[1] for e in extremes.entries) >= 5000
 
 
 def test_signed_numbers_as_the_field_has_them():
