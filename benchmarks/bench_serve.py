@@ -11,7 +11,8 @@ at a time while the others sit idle, after two keys per session not counted (a s
 costs ~400 ms: its first detail pane). Memory: each session's kprobe-tui process, RSS and PSS (its share of pages
 it shares, e.g. with the other sessions' Python), and the server's RSS. Start-up: from the first tab
 (pane) opened to every session's first answer in its page, and to every page painted (headless Chromium paints
-xterm.js's WebGL in software, on the same CPUs as the apps).
+xterm.js's WebGL in software, on the same CPUs as the apps); and the server alone: N websockets opened at once
+by a client without a browser, to each one's first frame.
 
 Usage (root; chromium, playwright, tmux, setpriv): python benchmarks/bench_serve.py [--sessions 1,8,24] [--keys N]
 """
@@ -160,6 +161,42 @@ def bench_browser(token_file: Path, token: str, count: int, keys: int) -> None:
         wait_for(lambda: not served_sessions(), "every session ended")
 
 
+async def first_answers(url: str, token: str, count: int) -> list[float]:
+    """Seconds from opening ``count`` websockets at once (no browser: aiohttp's client) to each one's first
+    frame of the app: the server's and the apps' own start-up, without Chromium's pages on the same CPUs."""
+    import asyncio
+
+    import aiohttp
+
+    origin = {"Origin": url}
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as client:  # a cookie of 127.0.0.1
+        await client.post(url + "/login", data={"user": USER, "token": token}, headers=origin, allow_redirects=False)
+        start = time.perf_counter()
+
+        async def one() -> float:
+            async with client.ws_connect(url.replace("http", "ws", 1) + "/ws?width=80&height=24", headers=origin) as socket:
+                async for message in socket:
+                    if message.type == aiohttp.WSMsgType.BINARY:
+                        return time.perf_counter() - start
+            raise SystemExit("a session ended before its first frame")
+
+        return await asyncio.gather(*(one() for _ in range(count)))
+
+
+def bench_starts(token_file: Path, token: str, count: int) -> None:
+    import asyncio
+
+    server, url = start_server(token_file, count)
+    try:
+        answers = asyncio.run(first_answers(url, token, count))
+        print(f"  server  {count:2} sessions opened at once, no browser: first frames in median "
+              f"{statistics.median(answers):5.1f} s, all in {max(answers):5.1f} s")
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=60)
+        wait_for(lambda: not served_sessions(), "every session ended")
+
+
 def bench_tmux(ids: tuple[int, int], count: int, keys: int) -> None:
     uid, gid = ids
     with tempfile.TemporaryDirectory() as scratch:
@@ -215,6 +252,7 @@ def main() -> None:
         for count in (int(n) for n in args.sessions.split(",")):
             keys = args.keys if count < 24 else max(2, args.keys // 3)
             print(f"{count} session{'s' * (count > 1)}, {keys} keys each:")
+            bench_starts(token_file, token, count)
             bench_browser(token_file, token, count, keys)
             bench_tmux(ids, count, keys)
 
