@@ -82,7 +82,7 @@ def run(args) -> int:
             os.close(go)
         if child is not None:
             _reap(child)
-    stopped = {"deadline": f"after {duration:g} s", "max-calls": f"--max-calls {args.max_calls} reached",
+    stopped = {"deadline": f"after {duration or 0:g} s", "max-calls": f"--max-calls {args.max_calls} reached",
                "done": "the command exited", "interrupted": "interrupted"}[answer.ended]
     _report(args, answer, stopped)
     return 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from functools import partial
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -21,7 +22,6 @@ from textual.widgets.tree import TreeNode
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.funcgraph import GraphSettings
-from kprobe_tui.kernel.tracefs import Tracefs
 from kprobe_tui.stream.callgraph import GraphAnswer, PathTotals, graph_calls, thread_names
 from kprobe_tui.textsafe import printable
 from kprobe_tui.tui.navigation import Back, OpenSource
@@ -29,6 +29,9 @@ from kprobe_tui.tui.plain import plain
 from kprobe_tui.tui.theming import LAYOUT
 from kprobe_tui.tui.widgets.key_footer import KeyFooter
 from kprobe_tui.tui.work import Background
+
+if TYPE_CHECKING:
+    from kprobe_tui.kernel.tracefs import Tracefs
 
 GRAPH_SECONDS = 5.0
 GRAPH_DEPTH = 4
