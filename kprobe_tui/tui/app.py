@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import os
+import shlex
 import sys
 import threading
 from pathlib import Path
@@ -24,8 +25,9 @@ from kprobe_tui.textsafe import printable
 from kprobe_tui.tui import theming
 from kprobe_tui.tui.commands import ActionsProvider
 from kprobe_tui.tui.keys import KeyRouter
-from kprobe_tui.tui.navigation import Back, EditProbe, OpenBuilder, OpenSource, OpenStats, ShowEvents
+from kprobe_tui.tui.navigation import Back, EditProbe, OpenBuilder, OpenGraph, OpenSource, OpenStats, ShowEvents
 from kprobe_tui.tui.screens.builder import EditBuilder, ProbeBuilderScreen
+from kprobe_tui.tui.screens.calltree import CallGraphScreen
 from kprobe_tui.tui.screens.events import EventsScreen
 from kprobe_tui.tui.screens.functions import FunctionsScreen
 from kprobe_tui.tui.screens.stats import StatsScreen, handoff
@@ -206,6 +208,21 @@ class KprobeTui(App):
                         severity="warning", timeout=30)
             return
         self.push_screen(StatsScreen(message.request, self.sources))
+
+    def on_open_graph(self, message: OpenGraph) -> None:
+        """The call tree screen, or in lab mode the command an administrator runs (copied, OSC 52)."""
+        if not self.access.can_create:
+            command = f"sudo kprobe-tui graph {shlex.quote(message.function)} --duration 5"
+            self.copy_to_clipboard(command)
+            self.notify(f"lab mode: {self.access.can_create.why_not}. Copied for an administrator: {command}",
+                        title="Graph", severity="warning", timeout=30)
+            return
+        try:
+            tracefs = self.sources.tracing()
+        except UserError as exc:
+            self.notify(str(exc), title="Cannot graph", severity="error")
+            return
+        self.push_screen(CallGraphScreen(message.function, tracefs))
 
     def on_back(self, message: Back) -> None:
         if len(self.screen_stack) > 2:  # the default screen, and the first of ours, stay

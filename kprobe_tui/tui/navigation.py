@@ -62,5 +62,13 @@ class OpenStats(Message):
         self.request = request
 
 
+class OpenGraph(Message):
+    """What a kernel function calls (the call tree); in lab mode, the command an administrator runs."""
+
+    def __init__(self, function: str) -> None:
+        super().__init__()
+        self.function = function
+
+
 class Back(Message):
     """Close this screen (unless it is the first)."""

@@ -10,9 +10,12 @@ from textual.widgets import Static, Tree
 
 from kprobe_tui.kernel.sources import locate
 from kprobe_tui.stream.callgraph import summarize
+from kprobe_tui.tui.app import KprobeTui
 from kprobe_tui.tui.navigation import OpenSource
 from kprobe_tui.tui.screens.calltree import CallGraphScreen
-from tests.tui.states import guest_graph, until
+from kprobe_tui.tui.screens.functions import FunctionsScreen
+from kprobe_tui.tui.widgets.function_list import FunctionList
+from tests.tui.states import catalog_loaded, guest_graph, kernel_app, to_functions, until
 
 
 class Host(App):
@@ -62,3 +65,28 @@ async def test_the_guests_calls_are_one_row_per_path_and_enter_opens_the_source(
         await pilot.press("enter")
         await until(pilot, lambda: app.asked, "the source is asked for")
         assert app.asked == [root.children[0].data]
+
+
+async def test_g_in_the_browser_of_a_snapshot_hands_the_command_to_an_administrator():
+    app = kernel_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await to_functions(pilot)
+        name = app.screen.query_one(FunctionList).current
+        await pilot.press("g")
+        await pilot.pause()
+        assert isinstance(app.screen, FunctionsScreen)
+        said = [notification.message for notification in app._notifications]
+        assert any(f"Copied for an administrator: sudo kprobe-tui graph {name} --duration 5" in text for text in said)
+
+
+@pytest.mark.live
+async def test_g_in_the_live_browser_opens_the_call_tree_which_says_why_it_cannot_run():
+    app = KprobeTui(locate())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await catalog_loaded(pilot)
+        await pilot.press("slash", *"vfs_read", "escape")
+        await until(pilot, lambda: app.screen.query_one(FunctionList).current == "vfs_read", "vfs_read is highlighted")
+        await pilot.press("g")
+        await until(pilot, lambda: isinstance(app.screen, CallGraphScreen), "the call tree opens")
+        await until(pilot, lambda: "no function_graph tracer" in str(app.screen.query_one("#graph-status", Static).render()),
+                    "the refusal is shown")

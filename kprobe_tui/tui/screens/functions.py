@@ -14,7 +14,7 @@ from textual.widgets import Header, Input, Static
 from kprobe_tui.kernel.catalog import STATUS_HELP, Function, FunctionCatalog, Status
 from kprobe_tui.matching import MODES, IncrementalFilter, Matcher
 from kprobe_tui.textsafe import printable
-from kprobe_tui.tui.navigation import OpenBuilder, OpenSource, OpenStats
+from kprobe_tui.tui.navigation import OpenBuilder, OpenGraph, OpenSource, OpenStats
 from kprobe_tui.tui.plain import plain
 from kprobe_tui.tui.theming import LAYOUT
 from kprobe_tui.tui.widgets.filter_bar import FilterBar
@@ -42,6 +42,7 @@ class FunctionsScreen(Screen):
         Binding("p", "build_probe", "Probe"),
         Binding("c", "count_calls", "Count"),
         Binding("L", "latency", "Latency"),
+        Binding("g", "graph", "Graph", show=False),  # help and the palette name it: the footer is full at 80
     ]
     # While typing in the filter, these move the list's highlight (the list, focused, has them as bindings;
     # here they are keys, not bindings, so help lists the list's own once).
@@ -157,6 +158,17 @@ class FunctionsScreen(Screen):
         name = self.query_one(FunctionList).current
         if name is not None:
             self.post_message(OpenStats(StatsRequest((name,), self._binary(), function=name, key=None, value="latency")))
+
+    def action_graph(self) -> None:
+        """The call tree of the highlighted kernel function (the function_graph tracer knows no program's)."""
+        name = self.query_one(FunctionList).current
+        if name is None:
+            return
+        if self._binary() is not None:
+            self.notify("the call graph follows kernel functions (the kernel's function_graph tracer); for a "
+                        "program's calls use uftrace", title="Graph", severity="warning")
+            return
+        self.post_message(OpenGraph(name))
 
     def _binary(self) -> str | None:
         """The program browsed with -x (its functions get uprobes), None for the kernel."""

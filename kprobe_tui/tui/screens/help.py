@@ -72,6 +72,14 @@ HELP: dict[str, tuple[str, str]] = {  # screen class -> (title, what it is for)
          "since the start. The line under the title says which engine runs and why: the kernel's hist "
          "triggers where it has them, else events aggregated here. Its probes go when you leave."),
     ),
+    "CallGraphScreen": (
+        "Call graph",
+        ("What a kernel function calls, as kprobe-tui graph answers it: the kernel's function_graph tracer "
+         "follows the function for 5 s on every thread but ours, then each call path is one row: calls, total "
+         "and self time in microseconds (self: not spent in a callee). Escape stops early, r runs again, enter "
+         "opens the highlighted function's source. The tracer is the kernel's only one: it is borrowed only "
+         "when idle and given back as found."),
+    ),
 }
 
 GOLDEN_RULE = (
