@@ -29,7 +29,7 @@ import os
 import platform
 import select
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
@@ -41,7 +41,7 @@ PERF_SAMPLE_TID, PERF_SAMPLE_TIME, PERF_SAMPLE_CPU, PERF_SAMPLE_RAW = 1 << 1, 1 
 SAMPLE_TYPE = PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_RAW
 PERF_FLAG_FD_CLOEXEC = 1 << 3
 # attr flag bits (include/uapi/linux/perf_event.h)
-FLAG_DISABLED, FLAG_COMM, FLAG_WATERMARK, FLAG_COMM_EXEC = 1 << 0, 1 << 9, 1 << 14, 1 << 24
+FLAG_DISABLED, FLAG_COMM, FLAG_WATERMARK, FLAG_SAMPLE_ID_ALL, FLAG_COMM_EXEC = 1 << 0, 1 << 9, 1 << 14, 1 << 18, 1 << 24
 # ioctls: _IO('$', n), and _IOW('$', 6, char *) for the filter
 IOC_ENABLE, IOC_DISABLE, IOC_SET_OUTPUT, IOC_SET_FILTER = 0x2400, 0x2401, 0x2405, 0x40082406
 RECORD_LOST, RECORD_COMM, RECORD_SAMPLE, RECORD_LOST_SAMPLES = 2, 3, 9, 13
@@ -49,6 +49,7 @@ HEADER = struct.Struct("<IHH")  # type, misc, size
 SAMPLE = struct.Struct("<IIQIII")  # pid, tid, time, cpu, reserved, raw size: then the raw record
 LOST = struct.Struct("<QQ")  # id, lost
 COMM_IDS = struct.Struct("<II")  # pid, tid: then the NUL-terminated name
+COMM_ID = struct.Struct("<IIQII")  # a side-band record's sample_id (sample_id_all) of SAMPLE_TYPE: pid, tid, time, cpu
 # The mmap'd control page: data_head and data_tail (struct perf_event_mmap_page)
 DATA_HEAD, DATA_TAIL = 1024, 1032
 U64 = struct.Struct("<Q")
@@ -90,6 +91,15 @@ class Batch:
     samples: list[list[Sample]]
     lost: int
     comms: dict[int, str]  # tid -> name, from PERF_RECORD_COMM (an exec or a rename since we started)
+    # tid -> the time of its name's record: a rename and an exec on two CPUs come in ring order, not time
+    # order (perf's "perf-exec" then the program's name: the rename, read second, named the program's events)
+    comm_times: dict[int, int] = field(default_factory=dict)
+
+    def learn(self, tid: int, time_ns: int, name: bytes) -> None:
+        """A name record: kept when it is the tid's latest."""
+        if time_ns >= self.comm_times.get(tid, -1):
+            self.comm_times[tid] = time_ns
+            self.comms[tid] = name.split(b"\0", 1)[0].decode("utf-8", "backslashreplace")
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -224,8 +234,8 @@ class Ring:
         self.map.close()
 
 
-def parse_records(data: bytes, samples: list[Sample], comms: dict[int, str]) -> int:
-    """Appends the samples in ``data`` (records one after another), learns names; returns the count lost."""
+def parse_records(data: bytes, samples: list[Sample], batch: Batch) -> int:
+    """Appends the samples in ``data`` (records one after another), learns names into ``batch``; returns the count lost."""
     lost, at, end = 0, 0, len(data)
     while at + HEADER.size <= end:
         kind, _misc, size = HEADER.unpack_from(data, at)
@@ -240,10 +250,11 @@ def parse_records(data: bytes, samples: list[Sample], comms: dict[int, str]) -> 
             lost += LOST.unpack_from(data, body)[1]
         elif kind == RECORD_LOST_SAMPLES and size >= HEADER.size + 8:
             lost += U64.unpack_from(data, body)[0]
-        elif kind == RECORD_COMM and size > HEADER.size + COMM_IDS.size:
+        elif kind == RECORD_COMM and size > HEADER.size + COMM_IDS.size + COMM_ID.size:
+            # the name, then the sample_id of SAMPLE_TYPE (sample_id_all): pid, tid, time, cpu
             _pid, tid = COMM_IDS.unpack_from(data, body)
-            name = data[body + COMM_IDS.size:at + size].split(b"\0", 1)[0]
-            comms[tid] = name.decode("utf-8", "backslashreplace")
+            _, _, time_ns, _, _ = COMM_ID.unpack_from(data, at + size - COMM_ID.size)
+            batch.learn(tid, time_ns, data[body + COMM_IDS.size:at + size - COMM_ID.size])
         at += size
     return lost
 
@@ -276,7 +287,7 @@ class TracepointSampler:
 
     def _open_rings(self, cpus: list[int], name: str) -> None:
         attr = PerfAttr(type=PERF_TYPE_SOFTWARE, size=ctypes.sizeof(PerfAttr), config=PERF_COUNT_SW_DUMMY,
-                        sample_type=SAMPLE_TYPE, flags=FLAG_COMM | FLAG_COMM_EXEC | FLAG_WATERMARK,
+                        sample_type=SAMPLE_TYPE, flags=FLAG_COMM | FLAG_COMM_EXEC | FLAG_WATERMARK | FLAG_SAMPLE_ID_ALL,
                         wakeup_watermark=self.pages * mmap.PAGESIZE // 4)
         for cpu in cpus:
             fd = self._open(attr, cpu, name)
@@ -379,14 +390,12 @@ class TracepointSampler:
 
     def read(self) -> Batch:
         """Everything the rings hold now."""
-        samples: list[list[Sample]] = []
-        comms: dict[int, str] = {}
-        lost = 0
+        batch = Batch([], 0, {})
         for ring in self.rings.values():
             per_cpu: list[Sample] = []
-            lost += parse_records(ring.drain(), per_cpu, comms)
-            samples.append(per_cpu)
-        return Batch(samples, lost, comms)
+            batch.lost += parse_records(ring.drain(), per_cpu, batch)
+            batch.samples.append(per_cpu)
+        return batch
 
     def close(self) -> None:
         """Unmaps the rings and closes every descriptor: the kernel drops the events with them."""

@@ -127,10 +127,18 @@ class PipeDecoder:
             batch.lost += LOST.unpack_from(buffer, body)[1]
         elif kind == RECORD_LOST_SAMPLES and size >= HEADER.size + 8:
             batch.lost += U64.unpack_from(buffer, body)[0]
-        elif kind == RECORD_COMM and size > HEADER.size + COMM_IDS.size:
+        elif kind == RECORD_COMM and size > HEADER.size + COMM_IDS.size + 8:
             _pid, tid = COMM_IDS.unpack_from(buffer, body)
-            name = buffer[body + COMM_IDS.size:at + size].split(b"\0", 1)[0]
-            batch.comms[tid] = name.decode("utf-8", "backslashreplace")
+            batch.learn(tid, self._side_band_time(buffer, at + size), buffer[body + COMM_IDS.size:at + size])
+
+    def _side_band_time(self, buffer: bytes, end: int) -> int:
+        """The time in a side-band record's trailing sample_id (its event known by the IDENTIFIER that ends
+        it); 0 when it has none. Its fields, last first: IDENTIFIER, CPU, STREAM_ID, ID, then TIME."""
+        sample_type = self._layouts.get(U64.unpack_from(buffer, end - 8)[0])
+        if sample_type is None or not sample_type & IDENTIFIER or not sample_type & TIME:
+            return 0
+        at = end - 8 - 8 * sum(1 for bit in (CPU, STREAM_ID, ID) if sample_type & bit) - 8
+        return U64.unpack_from(buffer, at)[0]
 
     def _sample(self, buffer: bytes, at: int, end: int) -> Sample | None:
         """The sample's tid, time, cpu and raw record, by its event's layout (None: not a raw sample)."""

@@ -140,10 +140,10 @@ def test_a_user_under_the_default_paranoid_level_is_told_the_set_ups(probed):
 
 def test_cut_and_unknown_records_are_skipped_not_read_past():
     header = (9).to_bytes(4, "little") + (0).to_bytes(2, "little")
-    assert parse_records(header + (400).to_bytes(2, "little") + bytes(40), [], {}) == 0  # size past the end
+    assert parse_records(header + (400).to_bytes(2, "little") + bytes(40), [], Batch([], 0, {})) == 0  # size past the end
     lost = (2).to_bytes(4, "little") + (0).to_bytes(2, "little") + (24).to_bytes(2, "little") + bytes(8) + (7).to_bytes(8, "little")
     unknown = (99).to_bytes(4, "little") + (0).to_bytes(2, "little") + (16).to_bytes(2, "little") + bytes(8)
-    assert parse_records(unknown + lost + lost, [], {}) == 14
+    assert parse_records(unknown + lost + lost, [], Batch([], 0, {})) == 14
 
 
 def first_sample(data: bytes) -> tuple[int, int]:
