@@ -69,7 +69,7 @@ def _targets(tracefs, args) -> list[str]:
               and any(fnmatch.fnmatchcase(e.full_name, p) or fnmatch.fnmatchcase(e.event, p) for p in patterns)]
     if not chosen:
         where = f"on {args.binary}" if args.binary else f"in module {module}"
-        option = f"-x {shlex.quote(args.binary)}" if args.binary else f"-m {shlex.quote(module)}"
+        option = f"-x {shlex.quote(args.binary)}" if args.binary else f"-m {shlex.quote(str(module))}"
         raise UserError(f"no probe {where} matches {' '.join(args.events) or 'anything'}",
                         f"see them with: kprobe-tui list {option}")
     return chosen

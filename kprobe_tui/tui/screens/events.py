@@ -124,10 +124,14 @@ class EventsScreen(Screen):
     def on_mount(self) -> None:
         if self.tracefs is not None:
             self.tracing = RunTracing.of(self.app, self.tracefs)
-            self.tracing.start(self.patterns or [], self.store, lambda update: self.post_message(Ingested(update)),
-                               then=self._recording, failed=self._cannot_record)
+            self.tracing.start(self.patterns or [], self.store, self._ingest, then=self._recording,
+                               failed=self._cannot_record)
         self.query_one(EventTable).rows_changed()
         self._show_status()
+
+    def _ingest(self, update: StreamUpdate) -> None:
+        """The reader thread's update, handed to the UI thread."""
+        self.post_message(Ingested(update))
 
     def _recording(self, session: TailSession) -> None:
         self.starting = False
@@ -211,8 +215,8 @@ class EventsScreen(Screen):
             else:
                 container.mount(Horizontal(Static(label, classes="rate-label"), Sparkline(list(self.rates[name])),
                                            classes="rate", name=name))
-        for name, row in rows.items():
-            if name not in busiest:
+        for shown, row in rows.items():
+            if shown not in busiest:
                 row.remove()
 
     def _show_status(self) -> None:
@@ -275,7 +279,7 @@ class EventsScreen(Screen):
             fired = labels.get(int(event.site, 16) & 0xFFF) if labels else None
         except ValueError:
             fired = None
-        if fired is None:
+        if fired is None or labels is None:
             return event.site
         return f"{fired} ({event.site}), one of its {len(labels)} addresses: {', '.join(labels.values())}"
 
@@ -335,19 +339,22 @@ class EventsScreen(Screen):
 
     # --- controls -------------------------------------------------------------------------------
 
-    def _recording_now(self) -> bool:
+    def _recording_now(self) -> tuple[RunTracing, TailSession] | None:
+        """The service and the session that record now (None, said, when nothing does)."""
         if self.session is None or self.tracing is None or self.finished:
             self.notify("nothing is being recorded", severity="warning")
-            return False
-        return True
+            return None
+        return self.tracing, self.session
 
     def action_pause(self) -> None:
-        if self._recording_now():
-            self.tracing.pause(not self.session.paused, then=lambda _: self._show_status())
+        if recording := self._recording_now():
+            tracing, session = recording
+            tracing.pause(not session.paused, then=lambda _: self._show_status())
 
     def action_toggle_stack(self) -> None:
-        if self._recording_now():
-            self.tracing.set_stacktrace(not self.session.stacktrace, then=self._stacks_switched)
+        if recording := self._recording_now():
+            tracing, session = recording
+            tracing.set_stacktrace(not session.stacktrace, then=self._stacks_switched)
 
     def _stacks_switched(self, _answer) -> None:
         self.notify(f"kernel stacks {'on' if self.session and self.session.stacktrace else 'off'} for new events")
@@ -372,7 +379,8 @@ class EventsScreen(Screen):
         chosen = next((target for target in targets if current is not None and target[1] == current.event), None)
         if chosen is None and len(targets) == 1:
             chosen = targets[0]
-        if chosen is None:
+        tracefs = self.tracefs
+        if chosen is None or tracefs is None:  # no session (a replay) has no targets either
             self.notify("no probe to show: tail one probe, or highlight one of its events", severity="warning")
             return
         name = "/".join(chosen)
@@ -383,6 +391,6 @@ class EventsScreen(Screen):
                 raise UserError(f"{name} is gone")
             return probe_request(event)
 
-        self.work.run("stats", request_of, Events(self.tracefs),
+        self.work.run("stats", request_of, Events(tracefs),
                       then=lambda request: self.post_message(OpenStats(request)),
                       failed=lambda exc: self.notify(str(exc), title="Statistics", severity="error"))
