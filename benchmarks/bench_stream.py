@@ -246,7 +246,7 @@ def bench_replay(lines: list[str], total: int = 1_000_000) -> list[str]:
     elapsed = time.perf_counter() - start
     start = time.perf_counter()
     for chunk in chunks:
-        for line in chunk:
+        for _line in chunk:
             pass
     baseline = time.perf_counter() - start
     return [
@@ -338,7 +338,8 @@ async def bench_ui(top: Tracefs, binary: Path, calls: int) -> list[str]:
         for _ in range(10):
             before = screen.store.total
             subprocess.run([str(binary), "1", "quiet"], check=True)
-            await until(lambda: screen.store.total > before and painted["total"] > before, "a new row painted")
+            await until(lambda before=before: screen.store.total > before and painted["total"] > before,
+                        "a new row painted")
             visible.append(painted["at"] - screen.store.view_row(screen.store.view_len() - 1).ts)
             await asyncio.sleep(0.05)
         stored = screen.store.total

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from kprobe_tui.kernel import sources
 
-
 # -x BINARY: also say whether that program can be probed, and where its debug info is.
 OPTIONS = frozenset({"binary"})
 

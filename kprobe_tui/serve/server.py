@@ -211,8 +211,8 @@ class Classroom:
         return response
 
     async def index(self, request):
-        from aiohttp import web
         import jinja2
+        from aiohttp import web
 
         if self.logged_in(request) is None:
             raise web.HTTPSeeOther("/login")

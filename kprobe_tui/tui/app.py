@@ -28,13 +28,13 @@ from kprobe_tui.tui.keys import KeyRouter
 from kprobe_tui.tui.navigation import Back, EditProbe, OpenBuilder, OpenGraph, OpenSource, OpenStats, ShowEvents
 from kprobe_tui.tui.screens.builder import EditBuilder, ProbeBuilderScreen
 from kprobe_tui.tui.screens.calltree import CallGraphScreen
+from kprobe_tui.tui.screens.doctor import DoctorScreen
 from kprobe_tui.tui.screens.events import EventsScreen
 from kprobe_tui.tui.screens.functions import FunctionsScreen
-from kprobe_tui.tui.screens.stats import StatsScreen, handoff
-from kprobe_tui.tui.screens.doctor import DoctorScreen
 from kprobe_tui.tui.screens.help import HelpScreen
 from kprobe_tui.tui.screens.probes import ProbesScreen
 from kprobe_tui.tui.screens.source import DebugTarget, SourceScreen
+from kprobe_tui.tui.screens.stats import StatsScreen, handoff
 from kprobe_tui.tui.tracing import RunTracing
 
 
@@ -177,7 +177,8 @@ class KprobeTui(App):
         else:
             target = DebugTarget(vmlinux=self.vmlinux, source_dir=self.source_dir, module=self._module_of(function),
                                  snapshot_of=None if self.sources.live else self.sources.release)
-        prototype = (lambda: self.catalog.function(function).prototype) if self.catalog is not None else None
+        catalog = self.catalog
+        prototype = (lambda: catalog.function(function).prototype) if catalog is not None else None
         self.push_screen(SourceScreen(target, source_function(function), symbol=function, prototype=prototype))
 
     def on_show_events(self, message: ShowEvents) -> None:
@@ -255,7 +256,9 @@ def run_app(args) -> int:
     binary = BinaryCatalog(args.binary) if getattr(args, "binary", None) else None
     theme, notes = config.choose_theme(args.theme)
     if args.theme is not None:
-        notes.append(config.remember("theme", args.theme))
+        remembered = config.remember("theme", args.theme)
+        if remembered:
+            notes.append(remembered)
     app = KprobeTui(sources.from_args(args), binary, vmlinux=args.vmlinux, source_dir=args.source_dir,
                     theme=theme, remember_in=config.config_path(), notes=tuple(filter(None, notes)))
     # SIGTERM and SIGHUP end the run through lifetime's undo (probes, the unpacked snapshot): the
@@ -275,8 +278,8 @@ def run_app(args) -> int:
 # What Textual's driver undoes on a normal exit, as one write: end a synchronized update, mouse and
 # focus reporting off, bracketed paste off, the kitty keyboard mode popped, line wrap on, the main
 # screen back, the cursor shown.
-TERMINAL_RESET = ("\x1b[?2026l\x1b[?1000l\x1b[?1003l\x1b[?1015l\x1b[?1006l\x1b[?1004l\x1b[?2004l\x1b[?2048l"
-                  "\x1b[<u\x1b[?7h\x1b[?1049l\x1b[?25h").encode()
+TERMINAL_RESET = (b"\x1b[?2026l\x1b[?1000l\x1b[?1003l\x1b[?1015l\x1b[?1006l\x1b[?1004l\x1b[?2004l\x1b[?2048l"
+                  b"\x1b[<u\x1b[?7h\x1b[?1049l\x1b[?25h")
 
 
 def restore_terminal(app: App) -> None:
@@ -287,13 +290,14 @@ def restore_terminal(app: App) -> None:
 
     driver = app._driver  # noqa: SLF001  (Textual keeps it private; only it knows the saved settings)
     saved = getattr(driver, "attrs_before", None)
-    if driver is None or saved is None:  # not in application mode (yet, or any more)
+    terminal_out, terminal_in = sys.__stderr__, sys.__stdin__
+    if driver is None or saved is None or terminal_out is None or terminal_in is None:  # not in application mode
         return
     try:
-        os.write(sys.__stderr__.fileno(), TERMINAL_RESET)  # where Textual's driver writes
+        os.write(terminal_out.fileno(), TERMINAL_RESET)  # where Textual's driver writes
     except OSError:
         pass  # SIGHUP: the terminal is gone
     try:
-        termios.tcsetattr(sys.__stdin__.fileno(), termios.TCSANOW, saved)
+        termios.tcsetattr(terminal_in.fileno(), termios.TCSANOW, saved)
     except (OSError, termios.error):
         pass

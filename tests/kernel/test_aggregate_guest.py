@@ -16,13 +16,13 @@ import subprocess
 
 import pytest
 
-from kprobe_tui.aggregate.model import Aggregation as Model, Field, Linear
+from kprobe_tui.aggregate.model import Aggregation as Model
+from kprobe_tui.aggregate.model import Field, Linear
 from kprobe_tui.aggregate.run import AggregationRun
 from kprobe_tui.aggregate.targets import TargetBuilder
 from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.events import Events
-from tests.aggregate_cli import (LEN_VALUES, PROJECT, Aggregation, assert_summary_agrees_with_buckets, build, buckets,
-                                 counts, expected_len_buckets, run_workload)
+from tests.aggregate_cli import LEN_VALUES, PROJECT, Aggregation, assert_summary_agrees_with_buckets, buckets, build, counts, expected_len_buckets, run_workload
 
 pytestmark = pytest.mark.kernel
 

@@ -18,8 +18,7 @@ import pytest
 from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.events import Events
 from kprobe_tui.kernel.tracefs import Tracefs
-from tests.aggregate_cli import (LEN_VALUES, PROJECT, Aggregation, assert_summary_agrees_with_buckets, build, buckets,
-                                 counts, expected_len_buckets, run_workload)
+from tests.aggregate_cli import LEN_VALUES, PROJECT, Aggregation, assert_summary_agrees_with_buckets, buckets, build, counts, expected_len_buckets, run_workload
 
 pytestmark = pytest.mark.live
 
@@ -203,7 +202,8 @@ def test_tail_takes_network_byte_order_filters_down_to_the_kernel(program, trace
 
 def test_a_run_in_process_cleans_up_after_itself(program, tracefs_root):
     """AggregationRun, the object the TUI view will drive: start, samples, stop; nothing left."""
-    from kprobe_tui.aggregate.model import Aggregation as Model, Field
+    from kprobe_tui.aggregate.model import Aggregation as Model
+    from kprobe_tui.aggregate.model import Field
     from kprobe_tui.aggregate.run import AggregationRun
     from kprobe_tui.aggregate.targets import TargetBuilder
     from kprobe_tui.kernel.sources import locate
@@ -233,7 +233,8 @@ def test_two_runs_in_one_process_never_record_each_others_readers(tracefs_root):
     ``PyThread_acquire_lock_timed`` (its wait). The first one's filters were written before the second's
     reader existed: they must be rewritten, or the first counts the second's reader. Another python
     process doing both 50 times is counted by both (the probes work)."""
-    from kprobe_tui.aggregate.model import Aggregation as Model, Field
+    from kprobe_tui.aggregate.model import Aggregation as Model
+    from kprobe_tui.aggregate.model import Field
     from kprobe_tui.aggregate.run import AggregationRun
     from kprobe_tui.aggregate.targets import TargetBuilder
     from kprobe_tui.kernel.sources import locate

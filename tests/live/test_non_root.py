@@ -15,13 +15,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_lab_mode import as_user
 
 from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.sources import locate
 from kprobe_tui.probes.binary import BinaryCatalog
 from tests.conftest import system_user
-
-from test_lab_mode import as_user
 
 pytestmark = pytest.mark.live
 

@@ -70,7 +70,7 @@ def test_trace_lines_always_give_events(lines, quiet_after):
     for line, quiet in zip(lines, quiet_after + [False] * len(lines)):
         for event in parser.feed([line]) + (parser.flush_if_quiet() if quiet else []):
             event.as_dict()
-            event.site
+            assert isinstance(event.site, str)
     for event in parser.flush():
         event.as_dict()
 

@@ -134,7 +134,7 @@ async def test_flood_stays_responsive_with_lost_monotonic_and_memory_bounded(pro
             while flood.poll() is None:
                 await pilot.press("p")  # each key must take effect while events pour in
                 pauses += 1
-                await wait_for(pilot, lambda: screen.session.paused == (pauses % 2 == 1))
+                await wait_for(pilot, lambda pauses=pauses: screen.session.paused == (pauses % 2 == 1))
                 await pilot.press("up")
                 assert not table.following
                 await pilot.press("end")
