@@ -94,7 +94,10 @@ class EventsScreen(Screen):
         self.work = Background(self)
         self.lost = 0
         self.garbled = 0
-        self.new_since_follow = 0
+        # The store's total when the cursor stopped following: "N new" is what came since. Counted from the
+        # store, not from the reader's updates: those are coalesced and may arrive after rows they count
+        # are already on screen (the binary reader hands over a flood's first event alone, then the rest).
+        self.total_when_left = 0
         self.starting = tracefs is not None
         self.stats_asked = False  # ``a`` pressed while starting
         self.finished = False
@@ -175,8 +178,6 @@ class EventsScreen(Screen):
         table = self.query_one(EventTable)
         self.lost = max(self.lost, update.lost)
         self.garbled = update.garbled
-        if not table.following:
-            self.new_since_follow += update.new
         for name, count in update.per_event.items():
             self._second_counts[name] = self._second_counts.get(name, 0) + count
         self._roll_rates()
@@ -226,7 +227,7 @@ class EventsScreen(Screen):
         if self.garbled:
             parts.append(f"unparsed {self.garbled:,}")
         table = self.query_one(EventTable)
-        parts.append("following" if table.following else f"{self.new_since_follow:,} new (End: follow)")
+        parts.append("following" if table.following else f"{store.total - self.total_when_left:,} new (End: follow)")
         if self.finished:
             parts.append(self.stopped_because or "stopped")
         elif self.starting:
@@ -243,8 +244,8 @@ class EventsScreen(Screen):
 
     @on(EventTable.FollowChanged)
     def _follow_changed(self, message: EventTable.FollowChanged) -> None:
-        if message.following:
-            self.new_since_follow = 0
+        if not message.following:
+            self.total_when_left = self.store.total
         self._show_status()
 
     @on(EventTable.Highlighted)
@@ -324,7 +325,6 @@ class EventsScreen(Screen):
         self.query_one(FilterBar).note(plain(plan if isinstance(plan, str) else plan.summary()))
         table = self.query_one(EventTable)
         table.following = True
-        self.new_since_follow = 0
         table.rows_changed()
         self.set_focus(table)
         self._show_status()
