@@ -103,9 +103,10 @@ def test_the_lab_at_80x24_by_keys_and_clicks(terminal, tmp_path, lab, tracefs_ro
     terminal.wait(lambda: "following" in screen() or "PAUSED" in screen(), "back on the events")
     terminal.keys("Escape")
     terminal.wait(lambda: "Kind" in screen(), "back in the builder")
+    terminal.wait(lambda: ours(tracefs_root, lab) == before + made, "the statistics view's probes go (off the UI thread)")
     terminal.keys("C-s")
     terminal.wait(lambda: "already probes this" in read(terminal), "the twin is refused")
-    assert "nothing was made" in read(terminal) and ours(tracefs_root, lab) == before + made
+    assert "nothing was made" in read(terminal) and ours(tracefs_root, lab) == before + made  # made nothing
     terminal.keys("Escape")  # alone: Escape and a letter at once are Alt+letter to a terminal
     terminal.wait(lambda: "probeable lines" in screen(), "Escape on the builder's button goes back to the source")
     terminal.keys("q")
