@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -193,22 +192,8 @@ def restore_dead_runs(top: Tracefs) -> list[str]:
 
 
 def _read_record(path: Path) -> SavedState | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        status = os.fstat(fd)
-        if not stat.S_ISREG(status.st_mode) or status.st_uid != os.geteuid():
-            return None
-        data = json.loads(os.read(fd, MAX_RECORD + 1)[:MAX_RECORD])
-    except (OSError, ValueError):
-        return None
-    finally:
-        os.close(fd)
-    if not isinstance(data, dict) or data.get("boot") != lifetime.boot_id():
-        return None
-    files, options = data.get("files"), data.get("options")
+    data = lifetime.read_record(path, MAX_RECORD, (os.geteuid(),))
+    files, options = (data.get("files"), data.get("options")) if data is not None else (None, None)
     if not (isinstance(files, dict) and isinstance(options, dict)):
         return None
     return SavedState({k: v for k, v in files.items() if k in SETTING_FILES and isinstance(v, str)},

@@ -38,6 +38,7 @@ import atexit
 import errno
 import fcntl
 import functools
+import json
 import os
 import re
 import secrets
@@ -195,6 +196,26 @@ def boot_id() -> str:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         return "unknown-boot"
+
+
+def read_record(path: Path, limit: int, owners: tuple[int, ...]) -> dict | None:
+    """A record a run of ours left (probe records, a borrowed tracer's settings): the JSON object in ``path``
+    when it is a regular file (never through a symlink) of one of ``owners``, of at most ``limit`` bytes,
+    written during this boot; None for anything else."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode) or status.st_uid not in owners:
+            return None
+        data = json.loads(os.read(fd, limit + 1)[:limit])
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+    return data if isinstance(data, dict) and data.get("boot") == boot_id() else None
 
 
 def lock_dir(create: bool = False) -> Path | None:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -110,22 +109,8 @@ def _older(path: Path, moment: float) -> bool:
 
 def _read(path: Path) -> list[str] | None:
     """A trusted record's definition lines of this boot; None for anything else."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        status = os.fstat(fd)
-        if not stat.S_ISREG(status.st_mode) or status.st_uid not in (0, os.geteuid()):
-            return None
-        data = json.loads(os.read(fd, MAX_RECORD + 1)[:MAX_RECORD])
-    except (OSError, ValueError):
-        return None
-    finally:
-        os.close(fd)
-    if not isinstance(data, dict) or data.get("boot") != lifetime.boot_id():
-        return None
-    lines = data.get("definitions")
+    data = lifetime.read_record(path, MAX_RECORD, (0, os.geteuid()))
+    lines = data.get("definitions") if data is not None else None
     return [line for line in lines if isinstance(line, str)] if isinstance(lines, list) else None
 
 
