@@ -9,6 +9,7 @@ import shlex
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textual import events
 from textual.app import App
@@ -36,6 +37,9 @@ from kprobe_tui.tui.screens.probes import ProbesScreen
 from kprobe_tui.tui.screens.source import DebugTarget, SourceScreen
 from kprobe_tui.tui.screens.stats import StatsScreen, handoff
 from kprobe_tui.tui.tracing import RunTracing
+
+if TYPE_CHECKING:  # an annotation: the view asks the core's API, not tracefs
+    from kprobe_tui.kernel.tracefs import Tracefs
 
 
 class KprobeTui(App):
@@ -192,38 +196,40 @@ class KprobeTui(App):
             while self.screen is not shown:
                 self.pop_screen()
             return
+        tracefs = self._tracefs("Cannot tail")
+        if tracefs is not None:
+            self.push_screen(EventsScreen(message.patterns, tracefs))
+
+    def _tracefs(self, title: str) -> Tracefs | None:
+        """The live tracefs, or None with the reason shown under ``title``."""
         try:
-            tracefs = self.sources.tracing()
+            return self.sources.tracing()
         except UserError as exc:
-            self.notify(str(exc), title="Cannot tail", severity="error")
-            return
-        self.push_screen(EventsScreen(message.patterns, tracefs))
+            self.notify(str(exc), title=title, severity="error")
+            return None
+
+    def _hand_off(self, title: str, why_not: str, command: str) -> None:
+        """In lab mode: the command that answers, copied for an administrator (OSC 52), and why."""
+        self.copy_to_clipboard(command)
+        self.notify(f"lab mode: {why_not}. Copied for an administrator: {command}", title=title, severity="warning",
+                    timeout=30)
 
     def on_open_stats(self, message: OpenStats) -> None:
-        """The statistics view, or in lab mode the command an administrator runs (copied, OSC 52)."""
+        """The statistics view, or in lab mode the command an administrator runs."""
         if not self.access.can_aggregate:
-            command = handoff(message.request)
-            self.copy_to_clipboard(command)
-            self.notify(f"lab mode: {self.access.can_aggregate.why_not}. Copied for an administrator: {command}",
-                        title="Statistics",
-                        severity="warning", timeout=30)
+            self._hand_off("Statistics", self.access.can_aggregate.why_not, handoff(message.request))
             return
         self.push_screen(StatsScreen(message.request, self.sources))
 
     def on_open_graph(self, message: OpenGraph) -> None:
-        """The call tree screen, or in lab mode the command an administrator runs (copied, OSC 52)."""
+        """The call tree screen, or in lab mode the command an administrator runs."""
         if not self.access.can_create:
-            command = f"sudo kprobe-tui graph {shlex.quote(message.function)} --duration 5"
-            self.copy_to_clipboard(command)
-            self.notify(f"lab mode: {self.access.can_create.why_not}. Copied for an administrator: {command}",
-                        title="Graph", severity="warning", timeout=30)
+            self._hand_off("Graph", self.access.can_create.why_not,
+                           f"sudo kprobe-tui graph {shlex.quote(message.function)} --duration 5")
             return
-        try:
-            tracefs = self.sources.tracing()
-        except UserError as exc:
-            self.notify(str(exc), title="Cannot graph", severity="error")
-            return
-        self.push_screen(CallGraphScreen(message.function, tracefs))
+        tracefs = self._tracefs("Cannot graph")
+        if tracefs is not None:
+            self.push_screen(CallGraphScreen(message.function, tracefs))
 
     def on_back(self, message: Back) -> None:
         if len(self.screen_stack) > 2:  # the default screen, and the first of ours, stay
@@ -233,12 +239,9 @@ class KprobeTui(App):
         """The probes panel: every dynamic event on the system, ours marked, with hit counts."""
         if isinstance(self.screen, ProbesScreen):
             return
-        try:
-            tracefs = self.sources.tracing()
-        except UserError as exc:
-            self.notify(str(exc), title="Cannot list probes", severity="error")
-            return
-        self.push_screen(ProbesScreen(tracefs, self.access))
+        tracefs = self._tracefs("Cannot list probes")
+        if tracefs is not None:
+            self.push_screen(ProbesScreen(tracefs, self.access))
 
     def action_doctor(self) -> None:
         """What this kernel and this user allow (``kprobe-tui doctor``), as a screen."""
