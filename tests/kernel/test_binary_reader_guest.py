@@ -31,6 +31,10 @@ TRACEPOINT = ("sched", "sched_process_exec")
 WORKLOAD = "for i in 1 2 3 4 5 6; do cat /proc/version > /dev/null; done"
 
 
+@pytest.mark.xfail(reason="known defect, issue 26: after other guest tests the kernel's text of an event has no "
+                          "flags column where the binary reader gives '.....' (6.1 guest, 2026-12-07, not yet "
+                          "explained); the binary reader is opt-in (KPROBE_TUI_READER=binary) until it is fixed",
+                   strict=False)
 def test_the_binary_reader_gives_the_events_the_kernel_printed(tracefs):
     group = lifetime.run_name()
     made: list[tuple[str, str]] = []  # (control file, group/event)
