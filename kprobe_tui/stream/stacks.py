@@ -1,0 +1,169 @@
+"""Stacks as a key: how often each call path reached a probe, and the ways to print it.
+
+``StackCounts`` maps a stack, outermost caller first (``("entry_SYSCALL_64_after_hwframe+0x63",
+..., "vfs_read+0x5")``), to its count: the order a flame graph stacks its frames in. Both engines
+fill it: the kernel's hist file (``keys=stacktrace``, ``common_stacktrace`` from 6.4) and the text
+stream's ``<stack trace>`` / `` => frame`` lines. Both print innermost first; they are turned
+around here, once. The number of distinct stacks kept is bounded (``max_stacks()``): hits of a
+stack not seen before the bound was reached are counted in ``StackTable.dropped``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from kprobe_tui.errors import UserError
+
+StackCounts = dict[tuple[str, ...], int]  # stack (outermost first) -> count
+
+MAX_STACKS_ENV = "KPROBE_TUI_MAX_STACKS"
+DEFAULT_MAX_STACKS = 10_000  # a flame graph of 10k distinct stacks still paints smoothly
+# "vfs_read+0x5/0x1a0 [ext4]": %pS adds the function's size after the slash; it says nothing about
+# the call path and bpftrace leaves it out, so it goes. Module names and bare addresses stay.
+_SIZE = re.compile(r"(\+0x[0-9a-f]+)/0x[0-9a-f]+")
+_OFFSET = re.compile(r"\+(?:0x[0-9a-f]+|\d+)")
+_HITCOUNT = re.compile(r" hitcount: +(\d{1,20})(?!\d)")
+_FOLDED_UNSAFE = str.maketrans({";": ":", "\n": " ", "\r": " "})  # ";" splits frames in a folded line
+
+
+def max_stacks() -> int:
+    """The most distinct stacks a run keeps: KPROBE_TUI_MAX_STACKS, or the default."""
+    text = os.environ.get(MAX_STACKS_ENV, "").strip()
+    if not text:
+        return DEFAULT_MAX_STACKS
+    if not text.isdigit() or int(text) == 0:
+        raise UserError(f"{MAX_STACKS_ENV}={text!r} is not a number of stacks",
+                        f"set it to a whole number (the default is {DEFAULT_MAX_STACKS}), or unset it")
+    return int(text)
+
+
+def frame_text(frame: str) -> str:
+    """A frame as the kernel printed it, without the function's size: ``vfs_read+0x5 [mod]``."""
+    return _SIZE.sub(r"\1", frame.strip(), count=1)
+
+
+def frame_symbol(frame: str) -> str:
+    """A frame's function alone (``vfs_read``): what two engines, or two tools, agree on when the
+    offsets they print differ in form (bpftrace's ``+5`` against the kernel's ``+0x5``)."""
+    return _OFFSET.split(frame.strip(), maxsplit=1)[0].split(" ", 1)[0]
+
+
+@dataclass
+class StackTable:
+    """Counts per (stack, comm); ``comm`` is None unless the run is keyed by comm too."""
+
+    limit: int = DEFAULT_MAX_STACKS
+    counts: dict[tuple[tuple[str, ...], str | None], int] = field(default_factory=dict)
+    dropped: int = 0  # hits of stacks not kept because ``limit`` distinct stacks were kept already
+    garbled: int = 0  # entries of the hist file that fit no stack key
+
+    def add(self, stack: tuple[str, ...], comm: str | None = None, count: int = 1) -> None:
+        key = (stack, comm)
+        if key in self.counts:
+            self.counts[key] += count
+        elif len(self.counts) < self.limit:
+            self.counts[key] = count
+        else:
+            self.dropped += count
+
+    @property
+    def capped(self) -> bool:
+        return self.dropped > 0
+
+    def stacks(self) -> StackCounts:
+        """Counts per stack; with comms, the comm is the outermost frame (how bcc's stackcount -P
+        folds it): a flame graph then splits by program first."""
+        out: StackCounts = {}
+        for (stack, comm), count in self.counts.items():
+            key = stack if comm is None else (comm, *stack)
+            out[key] = out.get(key, 0) + count
+        return out
+
+    def by_symbol(self) -> StackCounts:
+        """Counts per stack of function names (see ``frame_symbol``)."""
+        out: StackCounts = {}
+        for stack, count in self.stacks().items():
+            key = tuple(frame_symbol(frame) for frame in stack)
+            out[key] = out.get(key, 0) + count
+        return out
+
+
+def parse_hist_stacks(text: str, table: StackTable) -> None:
+    """Add the entries of a hist file keyed by ``stacktrace`` (and maybe ``common_comm`` after it).
+
+        { common_stacktrace:
+                 ksys_read+0x70/0xd0
+                 do_syscall_64+0x3a/0x90
+        , common_comm: dd               } hitcount:          6
+
+    The kernel prints at most 16 frames, innermost first, each indented by nine spaces."""
+    frames: list[str] | None = None
+    for line in text.splitlines():
+        if line.startswith("{ ") and line.rstrip().endswith("stacktrace:"):
+            frames = []
+        elif frames is None:
+            continue
+        elif line.startswith("         ") and line.strip():
+            frames.append(frame_text(line))
+        else:
+            hit = _HITCOUNT.search(line)
+            try:
+                if hit is None:
+                    raise ValueError(line)
+                table.add(tuple(reversed(frames)), _comm_key(line[:hit.start()]), int(hit[1]))
+            except ValueError:
+                table.garbled += 1
+            frames = None
+
+
+def _comm_key(head: str) -> str | None:
+    """The comm in the text before `` hitcount:`` (``, common_comm: dd   }``); None with no second
+    key, ValueError when the line fits neither."""
+    if head.strip() == "}":
+        return None
+    for name in (", common_comm: ", ", comm: "):
+        if head.startswith(name) and head.endswith(" }"):
+            return head[len(name):-2].rstrip(" ")
+    raise ValueError(head)
+
+
+def add_event_stack(table: StackTable, frames: Iterable[str] | None, comm: str | None = None) -> None:
+    """Count one event's stack as the text stream gives it (innermost first, `` => `` taken off)."""
+    if frames is not None:
+        table.add(tuple(frame_text(frame) for frame in reversed(list(frames))), comm)
+
+
+def _ordered(table: StackTable) -> list[tuple[tuple[str, ...], str | None, int]]:
+    """Entries smallest count first, as bpftrace prints a map (the biggest ends next to the prompt)."""
+    return sorted(((stack, comm, count) for (stack, comm), count in table.counts.items()),
+                  key=lambda entry: (entry[2], entry[1] or "", entry[0]))
+
+
+def format_bpftrace(table: StackTable, name: str = "@") -> str:
+    """bpftrace's layout of ``@[kstack] = count()`` (or ``@[kstack, comm]``): innermost frame first."""
+    lines = []
+    for stack, comm, count in _ordered(table):
+        lines.append(f"{name}[")
+        lines.extend(f"        {frame}" for frame in reversed(stack))
+        lines.append(f"]: {count}" if comm is None else f", {comm}]: {count}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def format_folded(table: StackTable) -> str:
+    """One ``outermost;...;innermost COUNT`` line a stack: what flamegraph.pl, inferno and speedscope read."""
+    lines = []
+    for stack, count in sorted(table.stacks().items()):
+        frames = ";".join(frame.translate(_FOLDED_UNSAFE) for frame in stack)
+        lines.append(f"{frames} {count}")
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def format_json(table: StackTable) -> str:
+    stacks = [{"stack": list(stack), "count": count} | ({} if comm is None else {"comm": comm})
+              for stack, comm, count in reversed(_ordered(table))]
+    return json.dumps({"stacks": stacks, "dropped": table.dropped, "max_stacks": table.limit})
