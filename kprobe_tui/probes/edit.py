@@ -69,6 +69,18 @@ def edit_target(event: DynamicEvent, top_filter: str = "") -> EditTarget:
     return EditTarget(function, binary, kind, "", args, tuple(lost))
 
 
+def line_place(event: DynamicEvent) -> str | None:
+    """``work:3``: the source line a probe was made for, as the builder was asked and the statistics view
+    names it, when its name says one and the line still compiles to its places; None for any other probe."""
+    if _LINE_PROBE_NAME.fullmatch(event.event) is None:  # no DWARF read for what cannot be a line
+        return None
+    try:
+        target = edit_target(event)
+    except UserError:  # a program gone or changed: its kernel name is what is known
+        return None
+    return f"{target.function}:{target.number}" if target.kind == "line" else None
+
+
 def source_line(event: DynamicEvent, function: str, binary: str | None) -> str | None:
     """The line (from the function's first) a probe was placed by, when its name says one (``work_L3``,
     as the builder and perf name line probes) and that line still compiles to exactly its places; else None."""

@@ -78,6 +78,10 @@ def test_the_lab_at_80x24_by_keys_and_clicks(terminal, tmp_path, lab, tracefs_ro
     subprocess.run([str(lab), "2"], check=True, capture_output=True)
     terminal.wait(lambda: f"{2 * HITS_PER_PASS} shown" in screen(), "the line's hits, once each")
     assert "<...>" not in screen()  # a new process's first hits are named (stream/comms.py)
+    # each hit is one row of the line, named as the builder was asked and as the count names it
+    terminal.wait(lambda: re.search(r"^ work:3 [\d,]+/s", screen(), re.M), "the rate row names the line")
+    rows = [line for line in screen().splitlines() if re.search(r" lab_walk +\d+ ", line)]
+    assert rows and all(re.search(r" \d+ work:3\b", line) for line in rows), screen()
     terminal.keys("/")
     terminal.tmux("send-keys", "-t", "t", "-l", 'comm == "lab_walk"')
     terminal.keys("Enter")
@@ -88,6 +92,7 @@ def test_the_lab_at_80x24_by_keys_and_clicks(terminal, tmp_path, lab, tracefs_ro
     assert 'comm == "lab_walk"' in screen().splitlines()[1] and 'lab_walk"p' not in screen()
     terminal.keys("p", "Enter")
     terminal.wait(lambda: "one of its 4 addresses" in read(terminal), "the detail names the address that fired")
+    assert re.search(r"work:3 \(event work_L3\) at work\+\d+", read(terminal))  # the name a filter gives
     table_rows = int(re.search(r"^ (\d+) shown", screen(), re.M)[1])
     assert table_rows == 2 * HITS_PER_PASS
 

@@ -14,7 +14,7 @@ import shlex
 import time
 from collections import deque
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from textual import on
 from textual.app import ComposeResult
@@ -27,7 +27,7 @@ from textual.widgets import Input, Sparkline, Static
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.access import choose_reader
 from kprobe_tui.kernel.events import Events
-from kprobe_tui.probes.edit import uprobe_places
+from kprobe_tui.probes.edit import line_place, uprobe_places
 from kprobe_tui.stream.export import export
 from kprobe_tui.stream.filterexpr import FilterError, compile_filter, parse
 from kprobe_tui.stream.parser import Event
@@ -51,11 +51,18 @@ RATE_SECONDS = 60  # sparkline history
 MAX_RATE_ROWS = 3  # at 80x24 the table keeps the room
 
 
-def uprobe_places_of(events: Events, targets: list[tuple[str, str]]) -> dict[str, dict[int, str]]:
-    """The tailed events made of several uprobes (a line's addresses), each one's places (``uprobe_places``)."""
+class LineProbe(NamedTuple):
+    """A tailed probe of a source line: its name as the user asked for it, and its addresses' places."""
+
+    place: str  # work:3, as the builder was asked and the count names it
+    addresses: dict[int, str]  # work+33, by offset in a page (uprobe_places); empty for one address
+
+
+def line_probes_of(events: Events, targets: list[tuple[str, str]]) -> dict[str, LineProbe]:
+    """The tailed events that probe a source line (``line_place``), by event name."""
     wanted = {f"{group}/{event}" for group, event in targets}
-    return {event.event: places for event in events.list() if event.full_name in wanted
-            if (places := uprobe_places(event))}
+    return {event.event: LineProbe(place, uprobe_places(event)) for event in events.list()
+            if event.full_name in wanted if (place := line_place(event))}
 
 
 class Ingested(Message):
@@ -103,7 +110,7 @@ class EventsScreen(Screen):
         self.finished = False
         self.stopped_because = ""
         self.rates: dict[str, deque[float]] = {}
-        self.places: dict[str, dict[int, str]] = {}  # event -> its probes' places, by offset in a page
+        self.lines: dict[str, LineProbe] = {}  # the tailed probes of a source line, by event name
         self._second_counts: dict[str, int] = {}
         self._second_start = time.monotonic()
 
@@ -139,16 +146,20 @@ class EventsScreen(Screen):
     def _recording(self, session: TailSession) -> None:
         self.starting = False
         self.session = session
-        if self.tracefs is not None:  # which address of a line's several fired: the detail says
-            self.work.run("places", uprobe_places_of, Events(self.tracefs), session.targets,
-                          then=self._places_known, failed=lambda _exc: None)
+        if self.tracefs is not None:  # a line's probe shown as the line, and the detail says which address fired
+            self.work.run("lines", line_probes_of, Events(self.tracefs), session.targets,
+                          then=self._lines_known, failed=lambda _exc: None)
         self._show_status()
         if self.stats_asked:
             self.stats_asked = False
             self.action_stats()
 
-    def _places_known(self, places: dict[str, dict[int, str]]) -> None:
-        self.places = places
+    def _lines_known(self, lines: dict[str, LineProbe]) -> None:
+        self.lines = lines
+        table = self.query_one(EventTable)
+        table.names = {event: line.place for event, line in lines.items()}
+        table.refresh()
+        self._show_rates()
 
     def _cannot_record(self, exc: UserError) -> None:
         self.starting = False
@@ -209,7 +220,7 @@ class EventsScreen(Screen):
         busiest = sorted(self.rates, key=lambda n: -max(self.rates[n]))[:MAX_RATE_ROWS]
         rows = {row.name: row for row in container.query(".rate").results(Horizontal)}
         for name in busiest:
-            label = plain(f"{name} {self.rates[name][-1]:,.0f}/s")
+            label = plain(f"{self.query_one(EventTable).name_of(name)} {self.rates[name][-1]:,.0f}/s")
             if name in rows:
                 rows[name].query_one(Static).update(label)
                 rows[name].query_one(Sparkline).data = list(self.rates[name])
@@ -262,7 +273,9 @@ class EventsScreen(Screen):
             text.update(plain(f"unparsed line:\n{printable(event.body)}"))
             return
         # all of it the kernel's text and the traced program's memory: one escaped line per field
-        lines = [printable(f"{event.event}  at {self._place_of(event)}"),
+        line = self.lines.get(event.event)
+        named = f"{line.place} (event {event.event})" if line else event.event  # the name a filter gives
+        lines = [printable(f"{named}  at {self._place_of(event)}"),
                  f"time {event.ts:.6f}  cpu {event.cpu}  comm {printable(event.comm)!r}  pid {event.pid}"
                  f"  tgid {event.tgid if event.tgid is not None else '?'}  flags {event.flags or '-'}"]
         lines += [f"  {printable(name)} = {show_value(value)}" for name, value in event.args.items()]
@@ -275,7 +288,8 @@ class EventsScreen(Screen):
 
     def _place_of(self, event: Event) -> str:
         """Where it fired; for a probe of several addresses (a source line), which one and the others."""
-        labels = self.places.get(event.event)
+        line = self.lines.get(event.event)
+        labels = line.addresses if line else None
         try:
             fired = labels.get(int(event.site, 16) & 0xFFF) if labels else None
         except ValueError:

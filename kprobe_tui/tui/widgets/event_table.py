@@ -71,6 +71,7 @@ class EventTable(CursorView):
         super().__init__(**kwargs)
         self.store = store
         self.base_time: float | None = None  # relative times count from the first event seen
+        self.names: dict[str, str] = {}  # an event shown by another name: a source line's probe as the line
         self._visible_key: tuple | None = None
         self._visible: tuple[list[Event], list[tuple[str, int]] | None] = ([], None)
 
@@ -90,6 +91,10 @@ class EventTable(CursorView):
     @property
     def current(self) -> Event | None:
         return self.store.view_row(self.cursor)
+
+    def name_of(self, event: str) -> str:
+        """What the EVENT column shows for the kernel's event name ``event``."""
+        return self.names.get(event, event)
 
     # --- rendering ----------------------------------------------------------------------------
 
@@ -164,7 +169,7 @@ class EventTable(CursorView):
         else:
             time = f"{event.ts - (self.base_time or event.ts):+12.6f}"
         cells = [time[-12:], f"{event.cpu:>3}", f"{printable(event.comm)[:15]:<15}", f"{event.pid:>7}",
-                 f"{printable(event.event)[:12]:<12}"]
+                 f"{printable(self.name_of(event.event))[:12]:<12}"]
         args = event.args
         if columns is None:
             cells.append(" ".join(f"{name}={quoted(value)}" for name, value in args.items()) or event.site)
