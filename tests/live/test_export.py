@@ -16,8 +16,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from prometheus_client.openmetrics import parser as openmetrics_parser
+from prometheus_client.parser import text_string_to_metric_families
 
-from tests.aggregate_cli import PROJECT, build, run_workload
+from tests.aggregate_cli import PROJECT, Aggregation, build, run_workload
 
 pytestmark = pytest.mark.live
 
@@ -145,12 +147,27 @@ def eventually(query, promql: str, label: str, expected: dict, limit: float = 12
     raise AssertionError(f"{promql}: {got}, expected {expected}")
 
 
+def cumulative_buckets(record: dict) -> dict[tuple[str, float], float]:
+    """(comm, le) -> hits, from ``kprobe-tui hist --by comm --json``'s [low, high) buckets: le is high - 1."""
+    got = {}
+    for entry in record["entries"]:
+        below = 0
+        for bucket in entry["buckets"]:
+            below += bucket["count"]
+            got[entry["key"]["comm"], float("inf") if bucket["high"] is None else float(bucket["high"] - 1)] = below
+        got[entry["key"]["comm"], float("inf")] = entry["count"]
+    return got
+
+
 def test_prometheus_stores_the_calls_per_comm_and_sigterm_leaves_nothing(program, exporters, prometheus, tmp_path,
                                                                          tracefs_root):
     port = free_port()
     exporter = start(exporters, str(write_config(tmp_path / "export.toml", program)), "--listen", f"127.0.0.1:{port}")
     exporter.wait_for("serving 2 metrics")
     assert len(leftovers(tracefs_root, exporter.name)) >= 2  # the probes are in the kernel while it serves
+    # the user-space engine on the same run: its buckets are what Prometheus must store
+    reference = Aggregation("hist", "-x", str(program), "work", "len", "--by", "comm", "--engine", "user")
+    reference.ready()
     query = prometheus(f"127.0.0.1:{port}")
     eventually(query, 'kprobe_tui_export_up{job="kprobe-tui"}', "metric", {"work_calls": 1.0, "work_len": 1.0})
     for _ in range(2):  # two processes, each 50 calls as kpt-alpha, then 50 as "kpt beta-2"
@@ -159,6 +176,10 @@ def test_prometheus_stores_the_calls_per_comm_and_sigterm_leaves_nothing(program
     # len is -200..700, 10 calls each per 100: 20 of 100 below 0, 30 at most 63 ([0] and the negatives)
     eventually(query, 'work_len_bucket{le="-1.0"}', "comm", {"kpt-alpha": 20.0, "kpt beta-2": 20.0})
     eventually(query, 'work_len_bucket{le="+Inf"}', "comm", {"kpt-alpha": 100.0, "kpt beta-2": 100.0})
+    expected = cumulative_buckets(reference.final())
+    stored = {(series["metric"]["comm"], float(series["metric"]["le"])): float(series["value"][1])
+              for series in query("work_len_bucket")}
+    assert stored == expected
     exporter.end(signal.SIGTERM)
     assert exporter.proc.returncode == -signal.SIGTERM
     assert leftovers(tracefs_root, exporter.name) == []
@@ -201,6 +222,41 @@ def test_once_prints_a_page_promtool_passes(program, exporters, tmp_path, tracef
      "export.toml: metric 'gone': 'no_such_function': no such function"),
     ('[[metric]]\nname = "broken"\nkind = \n', "not valid TOML: "),
 ])
+def scrape(port: int, accept: str) -> tuple[str, str]:
+    """GET /metrics asking for one format: the content type served and the page."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers={"Accept": accept})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return answer.headers["Content-Type"], answer.read().decode("utf-8")
+
+
+def sample_values(family) -> dict[tuple, float]:
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value for sample in family.samples}
+
+
+def test_the_page_is_served_as_prometheus_text_and_as_openmetrics(program, exporters, tmp_path):
+    """Prometheus asks for OpenMetrics first, older scrapers and curl get the text format: the same samples."""
+    port = free_port()
+    exporter = start(exporters, str(write_config(tmp_path / "export.toml", program)), "--listen", f"127.0.0.1:{port}")
+    exporter.wait_for("serving 2 metrics")
+    run_workload(program, "values", "100")
+    deadline, text = time.monotonic() + 60, ""
+    while 'work_len_bucket{comm="kpt beta-2",le="+Inf"} 50.0' not in text:  # every hit read: the pages stay alike
+        assert time.monotonic() < deadline, text
+        kind, text = scrape(port, "text/plain;version=0.0.4")
+        time.sleep(0.2)
+    assert kind.startswith("text/plain; version=0.0.4"), kind
+    kind, page_in_openmetrics = scrape(port, "application/openmetrics-text;version=1.0.0")
+    assert kind.startswith("application/openmetrics-text; version=1.0.0"), kind
+    families = {family.name: family for family in text_string_to_metric_families(text)}
+    strict = {family.name: family for family in openmetrics_parser.text_string_to_metric_families(page_in_openmetrics)}
+    for name in ("work_calls", "work_len"):
+        assert families[name].type == strict[name].type
+        assert sample_values(families[name]) == sample_values(strict[name]) != {}
+    if shutil.which("promtool"):
+        checked = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
 def test_a_bad_config_leaves_nothing_in_the_kernel(program, exporters, tmp_path, tracefs_root, extra, said):
     """The first two metrics are good: the third's mistake is found before any probe is made."""
     config = write_config(tmp_path / "export.toml", program, extra.format(program=program))

@@ -1,5 +1,6 @@
 """The export collector on Results made as the engines make them (a Tally, summarized): the page parsed back
-with prometheus_client's parser, and checked by Debian's promtool where it is installed."""
+with prometheus_client's parser, and checked by Debian's promtool where it is installed. Every page is
+made in OpenMetrics too (what Prometheus asks for first) and must parse to the same samples."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import subprocess
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.openmetrics import exposition as openmetrics
+from prometheus_client.openmetrics import parser as openmetrics_parser
 from prometheus_client.parser import text_string_to_metric_families
 
 from kprobe_tui.aggregate import exportconfig
@@ -37,13 +40,27 @@ def page(aggregation: Aggregation, answer: Result | None, name: str = "m", max_s
                             max_series, 1, lambda: answer, aggregation.buckets, divisor)
     registry = CollectorRegistry()
     registry.register(ExportCollector([metric]))
-    return generate_latest(registry).decode("utf-8")
+    text = generate_latest(registry).decode("utf-8")
+    assert_same_in_openmetrics(text, openmetrics.generate_latest(registry).decode("utf-8"))
+    return text
+
+
+def every_sample(families) -> dict[tuple, float]:
+    """Sample name and labels (sorted pairs) -> value, of every family but the scrape's own duration."""
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value for family in families
+            if family.name != "kprobe_tui_export_scrape_duration_seconds" for sample in family.samples}
+
+
+def assert_same_in_openmetrics(text: str, page_in_openmetrics: str) -> None:
+    """The OpenMetrics page passes its strict parser (escapes, cumulative buckets, # EOF) with the text page's samples."""
+    families = list(openmetrics_parser.text_string_to_metric_families(page_in_openmetrics))
+    assert every_sample(families) == every_sample(text_string_to_metric_families(text))
 
 
 def samples(text: str, name: str) -> dict[tuple, float]:
     """Sample name and labels (sorted pairs) -> value, of the family ``name``."""
     [family] = [family for family in text_string_to_metric_families(text) if family.name == name]
-    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value for sample in family.samples}
+    return every_sample([family])
 
 
 def promtool_check(text: str) -> None:
