@@ -13,6 +13,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
 from kprobe_tui.aggregate.kernel_engine import KernelHistEngine, ProfileEngine
 from kprobe_tui.aggregate.model import Aggregation
@@ -45,28 +46,38 @@ class Sample:
 Engine = KernelHistEngine | ProfileEngine | UserEngine | StudentEngine
 
 
-class AggregationRun:
-    def __init__(self, top: Tracefs, aggregation: Aggregation, targets: Targets, filter_text: str = "",
-                 engine: str = "auto", offer: KernelOffer | None = None, existing: bool = False) -> None:
+class RunEngine(Protocol):
+    name: str
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+EngineT = TypeVar("EngineT", bound=RunEngine)
+
+
+class ProbeRun(Generic[EngineT]):
+    """The probes of a run and the engine chosen for it: made by ``start()``, removed by ``_remove_probes()``.
+
+    What a count table and a stack count share; each says how it chooses (``_choose``) and what it runs (``_engine``)."""
+
+    def __init__(self, top: Tracefs, targets: Targets, filter_text: str = "", engine: str = "auto",
+                 offer: KernelOffer | None = None, existing: bool = False) -> None:
         """``existing``: the targets are events that exist already (``user_engine.existing_targets``): none is
         made or deleted, and a user without a trace instance counts them through perf_event_open."""
         if filter_text:
             filterexpr.parse(filter_text)  # a bad filter fails before anything is made
         self.top = top
-        self.aggregation = aggregation
         self.targets = targets
         self.filter_text = filter_text
         self.requested = engine
         self.existing = existing
-        self._perf = ""  # the perf binary that samples existing events for us (set-up 2), if any
         self.offer = offer or detect(top)
         self.choice: Choice | None = None
-        self.engine: Engine | None = None
-        self.rates: deque[float] = deque(maxlen=RATE_HISTORY)
+        self.engine: EngineT | None = None
         self._events = Events(top)
         self._created: list[DynamicEvent] = []
-        self._total = Tally()
-        self._misses = 0
         self._kernel_filters: dict[str, str] = {}  # event -> the part of the filter its trigger applies
         self._started = self._last = 0.0
         self._lock = threading.Lock()
@@ -138,6 +149,45 @@ class AggregationRun:
         return refusal
 
     def _choose(self) -> Choice:
+        raise NotImplementedError
+
+    def _engine(self, choice: Choice) -> EngineT:
+        raise NotImplementedError
+
+    def _conditions(self) -> dict[str, str]:
+        """Each trigger's filter: the user's (entries only, for latency) and never our own threads."""
+        ours = " && ".join(f"common_pid != {tid}" for tid in sorted(int(t) for t in os.listdir("/proc/self/task")))
+        return {target.event: f"({self._kernel_filters[target.event]}) && {ours}"
+                if target.event in self._kernel_filters else ours for target in self.targets.items}
+
+    def _running_engine(self) -> tuple[Choice, EngineT]:
+        """What start() chose: sample() and stop() ask only while _running, which start() sets after both."""
+        assert self.choice is not None and self.engine is not None, "a running aggregation has its engine"
+        return self.choice, self.engine
+
+    def _remove_probes(self) -> None:
+        failures = []
+        for event in reversed(self._created):
+            try:
+                self._events.delete(event)
+            except UserError as exc:
+                failures.append(exc.message)
+        self._created = []
+        if failures:
+            raise UserError("; ".join(failures), "kprobe-tui cleanup removes them once this run is gone")
+
+
+class AggregationRun(ProbeRun[Engine]):
+    def __init__(self, top: Tracefs, aggregation: Aggregation, targets: Targets, filter_text: str = "",
+                 engine: str = "auto", offer: KernelOffer | None = None, existing: bool = False) -> None:
+        super().__init__(top, targets, filter_text, engine, offer, existing)
+        self.aggregation = aggregation
+        self._perf = ""  # the perf binary that samples existing events for us (set-up 2), if any
+        self.rates: deque[float] = deque(maxlen=RATE_HISTORY)
+        self._total = Tally()
+        self._misses = 0
+
+    def _choose(self) -> Choice:
         if self.existing:
             reader = access.choose_reader(self.top.root)
             if reader.kind.startswith("perf"):
@@ -164,12 +214,6 @@ class AggregationRun:
             return StudentEngine(self.top, self.aggregation, items, arguments, self.filter_text, self._perf)
         return UserEngine(self.top, self.aggregation, items, arguments, self.filter_text)
 
-    def _conditions(self) -> dict[str, str]:
-        """Each trigger's filter: the user's (entries only, for latency) and never our own threads."""
-        ours = " && ".join(f"common_pid != {tid}" for tid in sorted(int(t) for t in os.listdir("/proc/self/task")))
-        return {target.event: f"({self._kernel_filters[target.event]}) && {ours}"
-                if target.event in self._kernel_filters else ours for target in self.targets.items}
-
     # -- sampling ----------------------------------------------------------------------------------
 
     def sample(self) -> Sample:
@@ -178,11 +222,6 @@ class AggregationRun:
             if not self._running:
                 raise RuntimeError("sample() before start() or after stop()")
             return self._sample()
-
-    def _running_engine(self) -> tuple[Choice, Engine]:
-        """What start() chose: sample() and stop() ask only while _running, which start() sets after both."""
-        assert self.choice is not None and self.engine is not None, "a running aggregation has its engine"
-        return self.choice, self.engine
 
     def _sample(self) -> Sample:
         choice, engine = self._running_engine()
@@ -225,14 +264,3 @@ class AggregationRun:
                     finally:
                         self._remove_probes()
             return final
-
-    def _remove_probes(self) -> None:
-        failures = []
-        for event in reversed(self._created):
-            try:
-                self._events.delete(event)
-            except UserError as exc:
-                failures.append(exc.message)
-        self._created = []
-        if failures:
-            raise UserError("; ".join(failures), "kprobe-tui cleanup removes them once this run is gone")

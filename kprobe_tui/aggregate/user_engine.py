@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 
 from kprobe_tui.aggregate.kernel_engine import own_instance
 from kprobe_tui.aggregate.model import Aggregation
@@ -38,22 +39,62 @@ READER_INTERVAL = 0.05
 _ENTRIES = re.compile(r"^entries: (\d+)", re.M)
 
 
-class UserEngine:
+class InstanceReader:
+    """Our own trace instance and the reader of its trace_pipe: what the user-space engines share."""
+
     name = "user"
     method = "stream"
 
+    def __init__(self, top: Tracefs) -> None:
+        self.top = top
+        self.instance = own_instance(top)
+        self.reader: StreamReader | None = None
+        self._reader_undo: int | None = None
+        self._error = ""
+
+    def _start_reader(self, on_data: Callable[[bytes], None]) -> None:
+        self.reader = StreamReader(self.instance, None, self._on_update, READER_INTERVAL, on_data=on_data)
+        self._reader_undo = lifetime.undo.push("trace_pipe reader", self.reader.stop)
+        self.reader.start()
+        self.instance.exclude_our_threads()  # the reader's included, here and in our other runs
+
+    def _on_update(self, update: StreamUpdate) -> None:
+        if update.error:
+            self._error = update.error
+
+    def drain(self, limit: float = 2.0) -> None:
+        """Before the last sample: let the reader take what the kernel still holds (a workload that just
+        ended may have events in the ring the reader has not reached)."""
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline and self._buffered():
+            time.sleep(READER_INTERVAL / 2)
+        time.sleep(2 * READER_INTERVAL)  # the last read's lines reach the aggregator
+
+    def _buffered(self) -> int:
+        total = 0
+        for stats in self.instance.tracefs.path("per_cpu").glob("cpu*/stats"):
+            try:
+                total += sum(int(n) for n in _ENTRIES.findall(stats.read_text()))
+            except OSError:
+                continue
+        return total
+
+    def stop(self) -> None:
+        if self._reader_undo is not None:
+            lifetime.undo.run(self._reader_undo)  # the reader lets go of trace_pipe before the instance goes
+            self._reader_undo = None
+        self.instance.remove()
+
+
+class UserEngine(InstanceReader):
     def __init__(self, top: Tracefs, aggregation: Aggregation, targets: list[Target], arguments: dict[str, str],
                  filter_text: str = "") -> None:
-        self.top = top
+        super().__init__(top)
         self.aggregation = aggregation
         self.targets = targets
         self.filter_text = filter_text
-        self.instance = own_instance(top)
         self.aggregator = StreamAggregator(aggregation, [EventRole(t.event, t.label, t.role) for t in targets], arguments)
-        self.reader: StreamReader | None = None
-        self._reader_undo: int | None = None
         self._lost = 0
-        self._error = ""
         self.kernel_filters: dict[str, str] = {}  # event -> what the kernel applies
         self.view_filters: dict[str, str] = {}  # event -> why the view applies it
 
@@ -64,11 +105,7 @@ class UserEngine:
                 # Entry and return may be on different CPUs: the per-CPU "local" clock is not comparable
                 # across them. "global" is, and it is the clock the kernel engine's triggers switch to.
                 self.instance.tracefs.write("trace_clock", "global", append=False)
-            self.reader = StreamReader(self.instance, None, self._on_update, READER_INTERVAL,
-                                       on_data=self.aggregator.feed)
-            self._reader_undo = lifetime.undo.push("trace_pipe reader", self.reader.stop)
-            self.reader.start()
-            self.instance.exclude_our_threads()  # the reader's included, here and in our other runs
+            self._start_reader(self.aggregator.feed)
             if self.filter_text:
                 self._apply_filter()
             for target in self.targets:
@@ -105,10 +142,6 @@ class UserEngine:
     def _set_kernel_filter(self, target: Target, text: str) -> None:
         self.instance.set_filter(target.group, target.event, text)
 
-    def _on_update(self, update: StreamUpdate) -> None:
-        if update.error:
-            self._error = update.error
-
     def collect(self) -> Tally:
         if self._error:
             raise UserError(self._error)
@@ -117,29 +150,6 @@ class UserEngine:
         tally.lost += lost - self._lost
         self._lost = lost
         return tally
-
-    def drain(self, limit: float = 2.0) -> None:
-        """Before the last sample: let the reader take what the kernel still holds (a workload that just
-        ended may have events in the ring the reader has not reached)."""
-        deadline = time.monotonic() + limit
-        while time.monotonic() < deadline and self._buffered():
-            time.sleep(READER_INTERVAL / 2)
-        time.sleep(2 * READER_INTERVAL)  # the last read's lines reach the aggregator
-
-    def _buffered(self) -> int:
-        total = 0
-        for stats in self.instance.tracefs.path("per_cpu").glob("cpu*/stats"):
-            try:
-                total += sum(int(n) for n in _ENTRIES.findall(stats.read_text()))
-            except OSError:
-                continue
-        return total
-
-    def stop(self) -> None:
-        if self._reader_undo is not None:
-            lifetime.undo.run(self._reader_undo)  # the reader lets go of trace_pipe before the instance goes
-            self._reader_undo = None
-        self.instance.remove()
 
 
 def existing_targets(top: Tracefs, patterns: list[str], latency: bool = False) -> Targets:

@@ -26,7 +26,8 @@ DEFAULT_MAX_STACKS = 10_000  # a flame graph of 10k distinct stacks still paints
 # the call path and bpftrace leaves it out, so it goes. Module names and bare addresses stay.
 _SIZE = re.compile(r"(\+0x[0-9a-f]+)/0x[0-9a-f]+")
 _OFFSET = re.compile(r"\+(?:0x[0-9a-f]+|\d+)")
-_HITCOUNT = re.compile(r" hitcount: +(\d{1,20})(?!\d)")
+_HITCOUNT = re.compile(r" ?hitcount: +(\d{1,20})(?!\d)")
+_DROPPED = re.compile(r"\s*Dropped: (\d{1,20})\s*$")
 _FOLDED_UNSAFE = str.maketrans({";": ":", "\n": " ", "\r": " "})  # ";" splits frames in a folded line
 
 
@@ -92,21 +93,24 @@ class StackTable:
         return out
 
 
-def parse_hist_stacks(text: str, table: StackTable) -> None:
-    """Add the entries of a hist file keyed by ``stacktrace`` (and maybe ``common_comm`` after it).
+def parse_hist_stacks(text: str, table: StackTable, comm_key: str | None = None, probed: str | None = None) -> None:
+    """Add the entries of a hist file keyed by the stack (then by the string field ``comm_key``).
 
         { common_stacktrace:
                  ksys_read+0x70/0xd0
                  do_syscall_64+0x3a/0x90
-        , common_comm: dd               } hitcount:          6
+        , kptui_comm: dd                                                } hitcount:          6
 
-    The kernel prints at most 16 frames, innermost first, each indented by nine spaces."""
+    The kernel prints at most 16 frames, innermost first, each indented by nine spaces; the key ends
+    with ``}`` (after a space or not: kernels differ). A comm holding a newline ends its entry early:
+    the entry is counted in ``garbled``, never under a forged stack. ``probed``: see ``trim``."""
     frames: list[str] | None = None
     for line in text.splitlines():
         if line.startswith("{ ") and line.rstrip().endswith("stacktrace:"):
             frames = []
         elif frames is None:
-            continue
+            if dropped := _DROPPED.match(line):
+                table.dropped += int(dropped[1])
         elif line.startswith("         ") and line.strip():
             frames.append(frame_text(line))
         else:
@@ -114,27 +118,41 @@ def parse_hist_stacks(text: str, table: StackTable) -> None:
             try:
                 if hit is None:
                     raise ValueError(line)
-                table.add(tuple(reversed(frames)), _comm_key(line[:hit.start()]), int(hit[1]))
+                table.add(trim(tuple(reversed(frames)), probed), _after_stack(line[:hit.start()].rstrip(), comm_key),
+                          int(hit[1]))
             except ValueError:
                 table.garbled += 1
             frames = None
 
 
-def _comm_key(head: str) -> str | None:
-    """The comm in the text before `` hitcount:`` (``, common_comm: dd   }``); None with no second
-    key, ValueError when the line fits neither."""
-    if head.strip() == "}":
+def trim(stack: tuple[str, ...], probed: str | None) -> tuple[str, ...]:
+    """The stack up to the probed function's frame: a hist trigger's stack of a kprobe hit goes on into
+    the probe's own machinery (``kprobe_ftrace_handler+0x108``, the ftrace trampoline's bare address:
+    both guests), which bpftrace's ``kstack`` and the text stream's leave out."""
+    if probed:
+        for index in range(len(stack) - 1, -1, -1):
+            if frame_symbol(stack[index]) == probed:
+                return stack[:index + 1]
+    return stack
+
+
+def _after_stack(head: str, comm_key: str | None) -> str | None:
+    """The comm in what follows the frames (``, kptui_comm: dd   }``); None without ``comm_key``;
+    ValueError when the text fits neither."""
+    head = head.removesuffix("}").rstrip(" ")
+    prefix = f", {comm_key}: "
+    if comm_key is None and not head:
         return None
-    for name in (", common_comm: ", ", comm: "):
-        if head.startswith(name) and head.endswith(" }"):
-            return head[len(name):-2].rstrip(" ")
-    raise ValueError(head)
+    if comm_key is None or not head.startswith(prefix):
+        raise ValueError(head)
+    return head[len(prefix):]
 
 
-def add_event_stack(table: StackTable, frames: Iterable[str] | None, comm: str | None = None) -> None:
+def add_event_stack(table: StackTable, frames: Iterable[str] | None, comm: str | None = None,
+                    probed: str | None = None) -> None:
     """Count one event's stack as the text stream gives it (innermost first, `` => `` taken off)."""
     if frames is not None:
-        table.add(tuple(frame_text(frame) for frame in reversed(list(frames))), comm)
+        table.add(trim(tuple(frame_text(frame) for frame in reversed(list(frames))), probed), comm)
 
 
 def _ordered(table: StackTable) -> list[tuple[tuple[str, ...], str | None, int]]:
@@ -144,14 +162,14 @@ def _ordered(table: StackTable) -> list[tuple[tuple[str, ...], str | None, int]]
 
 
 def format_bpftrace(table: StackTable, name: str = "@") -> str:
-    """bpftrace's layout of ``@[kstack] = count()`` (or ``@[kstack, comm]``): innermost frame first."""
+    """bpftrace's layout of ``@[kstack] = count()`` (or ``@[kstack, comm]``): innermost frame first, four
+    spaces in (bpftrace 0.17 in the guests)."""
     lines = []
     for stack, comm, count in _ordered(table):
         lines.append(f"{name}[")
-        lines.extend(f"        {frame}" for frame in reversed(stack))
+        lines.extend(f"    {frame}" for frame in reversed(stack))
         lines.append(f"]: {count}" if comm is None else f", {comm}]: {count}")
-        lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines) + ("\n" if lines else "")
 
 
 def format_folded(table: StackTable) -> str:

@@ -1,0 +1,193 @@
+"""Stacks as a key: ``count SPEC --by stack[,comm]``, counted in the kernel where it can.
+
+The kernel engine keys a hist trigger by the stack (``keys=stacktrace``, spelled ``common_stacktrace``
+from 6.4: read from the tracefs README, which names the one it takes) and, by comm, by the probe's
+own capture of ``$comm``. The user-space engine turns on the instance's ``stacktrace`` option and
+counts the `` => frame`` lines after each event. A uprobe's stack is the program's: the kernel keys
+no table by a user stack, so uprobes take the user-space engine with ``userstacktrace`` and
+``sym-userobj`` (frames as ``/path/prog[+0xOFFSET]``, the offset into the mapping). The kernel walks
+user stacks by frame pointers only: a program built without them gives one or two frames a stack.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from kprobe_tui.aggregate.kernel_engine import BUFFER_KB as KERNEL_BUFFER_KB
+from kprobe_tui.aggregate.kernel_engine import _InstanceOwner
+from kprobe_tui.aggregate.model import Aggregation, Field
+from kprobe_tui.aggregate.offer import Choice, choose
+from kprobe_tui.aggregate.run import ProbeRun
+from kprobe_tui.aggregate.targets import COMM_ARGUMENT, Target, Targets
+from kprobe_tui.aggregate.triggers import TABLE_SIZE, Trigger
+from kprobe_tui.aggregate.user_engine import BUFFER_KB, InstanceReader
+from kprobe_tui.errors import UserError
+from kprobe_tui.kernel.tracefs import Tracefs
+from kprobe_tui.stream.parser import Event, LineParser
+from kprobe_tui.stream.stacks import StackTable, add_event_stack, max_stacks, parse_hist_stacks
+
+STACK_KEY = "stack"
+# A user stack this shallow at most, on every hit, is a program walked without frame pointers.
+SHALLOW_FRAMES = 2
+
+
+def kernel_stack_key(readme: str) -> str:
+    """The hist key of the kernel stack: the README names the special string it takes."""
+    return "common_stacktrace" if "'common_stacktrace'" in readme else "stacktrace"
+
+
+def probed(target: Target) -> str | None:
+    """The kernel function a target probes, whose frame is a stack's innermost (None for a uprobe)."""
+    probe = target.probe
+    return None if probe.spec.is_uprobe else probe.function or probe.spec.function
+
+
+class KernelStackEngine(_InstanceOwner):
+    """Hits per kernel stack (and comm) in one hist table per probe, in our instance."""
+
+    name = "kernel"
+    method = "hist"
+
+    def __init__(self, top: Tracefs, targets: list[Target], conditions: dict[str, str], by_comm: bool, limit: int) -> None:
+        super().__init__(top)
+        self.targets = targets
+        self.conditions = conditions
+        self.comm_key = COMM_ARGUMENT if by_comm else None
+        self.limit = limit
+        readme = top.read("README") if top.exists("README") else ""
+        self.keys = (kernel_stack_key(readme), *((COMM_ARGUMENT,) if by_comm else ()))
+
+    def start(self) -> None:
+        self.instance.create(KERNEL_BUFFER_KB)
+        for target in self.targets:
+            self.add(Trigger(target.group, target.event, self.keys, filter=self.conditions.get(target.event, ""),
+                             size=TABLE_SIZE))
+
+    def collect(self) -> StackTable:
+        """Every stack so far (the kernel's tables are cumulative)."""
+        table = StackTable(self.limit)
+        for target in self.targets:
+            parse_hist_stacks(self.triggers.hist(target.group, target.event), table, self.comm_key, probed(target))
+        return table
+
+
+class UserStackEngine(InstanceReader):
+    """Hits per stack counted here, from the stack the kernel prints after each event in our instance."""
+
+    def __init__(self, top: Tracefs, targets: list[Target], kernel_filters: dict[str, str], by_comm: bool,
+                 limit: int, user_stacks: bool) -> None:
+        super().__init__(top)
+        self.targets = targets
+        self.kernel_filters = kernel_filters
+        self.by_comm = by_comm
+        self.user_stacks = user_stacks
+        self.table = StackTable(limit)
+        self.deepest = 0  # frames of the deepest stack seen: how a program without frame pointers shows
+        self._probed = {target.event: probed(target) for target in targets}
+        self._parser = LineParser()
+        self._lock = threading.Lock()  # the reader thread feeds, the caller collects
+
+    def start(self) -> None:
+        stacks = {"userstacktrace": True, "sym-userobj": True} if self.user_stacks else {"stacktrace": True}
+        self.instance.create(BUFFER_KB, {"record-tgid": False, "sym-offset": True, **stacks})
+        try:
+            self._start_reader(self._feed)
+            for target in self.targets:
+                if self.kernel_filters.get(target.event):
+                    self.instance.set_filter(target.group, target.event, self.kernel_filters[target.event])
+                self.instance.enable(target.group, target.event)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _feed(self, data: bytes) -> None:
+        with self._lock:
+            self._count(self._parser.feed(data.decode("utf-8", "backslashreplace").split("\n")))
+
+    def _count(self, events: list[Event]) -> None:
+        for event in events:
+            if event.stack is None:
+                continue
+            self.deepest = max(self.deepest, len(event.stack))
+            comm = str(event.args.get(COMM_ARGUMENT, event.comm)).strip('"') if self.by_comm else None
+            add_event_stack(self.table, event.stack, comm, self._probed.get(event.event))
+
+    def collect(self) -> StackTable:
+        """Every stack so far; the newest event waits for its stack lines unless a whole read brought none."""
+        if self._error:
+            raise UserError(self._error)
+        with self._lock:
+            self._count(self._parser.flush_if_quiet())
+            return StackTable(self.table.limit, dict(self.table.counts), self.table.dropped, self.table.garbled)
+
+    def drain(self, limit: float = 2.0) -> None:
+        super().drain(limit)
+        with self._lock:
+            self._count(self._parser.flush())
+
+
+StackEngine = KernelStackEngine | UserStackEngine
+
+
+class StackRun(ProbeRun[StackEngine]):
+    """Probes, the engine that counts their stacks, and the counts: ``start()``, ``collect()``, ``stop()``."""
+
+    def __init__(self, top: Tracefs, targets: Targets, by_comm: bool = False, filter_text: str = "",
+                 engine: str = "auto") -> None:
+        super().__init__(top, targets, filter_text, engine)
+        self.by_comm = by_comm
+        self.limit = max_stacks()
+
+    def _choose(self) -> Choice:
+        refusal = self._plan_filter()
+        if refusal:
+            raise UserError(f"the kernel cannot apply the filter ({refusal})",
+                            "counting stacks takes a filter the kernel can say (fields compared with constants)")
+        if self.targets.uprobes:
+            if self.requested == "kernel":
+                raise UserError("--engine kernel: hist triggers key kernel stacks only; a uprobe's stack is the program's",
+                                "use --engine user (or auto)")
+            return Choice("user", "stream", "a uprobe's stack is the program's, which no kernel table keys: the kernel "
+                                            "prints each hit's user stack (userstacktrace) and it is counted here")
+        return choose(self.requested, Aggregation("count", keys=(Field("comm"),) if self.by_comm else ()), self.offer,
+                      profile_only=False, uprobes=False, filter_refusal=None)
+
+    def _engine(self, choice: Choice) -> StackEngine:
+        if choice.method == "hist":
+            return KernelStackEngine(self.top, self.targets.items, self._conditions(), self.by_comm, self.limit)
+        return UserStackEngine(self.top, self.targets.items, self._kernel_filters, self.by_comm, self.limit,
+                               self.targets.uprobes)
+
+    def collect(self) -> StackTable:
+        with self._lock:
+            if not self._running:
+                raise RuntimeError("collect() before start() or after stop()")
+            return self._running_engine()[1].collect()
+
+    def stop(self) -> StackTable | None:
+        """The last counts, then remove the triggers, the instance and the probes. Safe to call twice."""
+        with self._lock:
+            if not self._running:
+                return None
+            _, engine = self._running_engine()
+            self._running = False
+            try:
+                if isinstance(engine, UserStackEngine):
+                    engine.drain()
+                return engine.collect()
+            finally:
+                try:
+                    engine.stop()
+                finally:
+                    self._remove_probes()
+
+    def shallow_note(self, table: StackTable) -> str:
+        """What to say when user stacks came out shallow: the program has no frame pointers."""
+        engine = self.engine
+        if not isinstance(engine, UserStackEngine) or not engine.user_stacks or not table.counts:
+            return ""
+        if engine.deepest > SHALLOW_FRAMES:
+            return ""
+        return (f"the user stacks have at most {engine.deepest} frame{'s' if engine.deepest != 1 else ''}: the program "
+                "was most likely built without frame pointers, and the kernel walks user stacks by frame pointer only "
+                "(rebuild it with -fno-omit-frame-pointer for whole stacks)")
