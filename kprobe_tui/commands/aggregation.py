@@ -14,11 +14,13 @@ import time
 from kprobe_tui.aggregate.model import Aggregation
 from kprobe_tui.aggregate.offer import ENGINES
 from kprobe_tui.aggregate.run import AggregationRun, Sample
+from kprobe_tui.aggregate.stackrun import StackRun
 from kprobe_tui.aggregate.targets import DEFAULT_MAX_PROBES, TargetBuilder, Targets, run_builder
 from kprobe_tui.aggregate.text import render
 from kprobe_tui.commands.seconds import check_seconds
 from kprobe_tui.kernel import sources
 from kprobe_tui.kernel.tracefs import Tracefs
+from kprobe_tui.stream.stacks import MAX_STACKS_ENV, StackTable, format_bpftrace, format_folded, format_json
 from kprobe_tui.textsafe import printable
 
 ENGINE_HELP = ("where to aggregate: kernel (hist triggers, synthetic events, kprobe_profile: user space reads "
@@ -94,6 +96,57 @@ def run_aggregation(args, what: str, aggregation: Aggregation, top, targets: Tar
         else:
             _emit(args, aggregation, final, interval=False, last=True)
     return 0
+
+
+def run_stack_count(args, what: str, run: StackRun, targets: Targets) -> int:
+    """Start, print the stacks counted per interval (or once at the end), stop; Ctrl-C ends it with the last."""
+    for why, names in targets.skipped.items():
+        _err(f"kprobe-tui: skipped {len(names)} {why}: {printable(_sample_names(names))}")
+    choice = run.start()
+    before = StackTable(run.limit)
+    try:
+        try:
+            _err(f"kprobe-tui: {what} --by stack: {choice.engine} engine: {choice.reason}")
+            if not args.json and not args.folded:
+                _err(f"Tracing {len(targets.items)} probe{'s' if len(targets.items) != 1 else ''}... Hit Ctrl-C to end.")
+            deadline = time.monotonic() + args.duration if args.duration else None
+            while deadline is None or time.monotonic() < deadline:
+                pause = args.interval or 3600.0
+                time.sleep(max(0.0, min(pause, deadline - time.monotonic()) if deadline else pause))
+                if args.interval and (deadline is None or time.monotonic() < deadline):
+                    now = run.collect()
+                    _emit_stacks(args, now.since(before), interval=True)
+                    before = now
+        except KeyboardInterrupt:
+            pass
+        final = run.stop()
+    finally:
+        run.stop()
+    if final is not None:
+        _emit_stacks(args, final.since(before) if args.interval else final, interval=bool(args.interval))
+        if final.capped:
+            _err(f"kprobe-tui: {len(final.counts)} distinct stacks kept ({MAX_STACKS_ENV}); {final.dropped} hits "
+                 "of other stacks are not shown")
+        if final.garbled:
+            _err(f"kprobe-tui: {final.garbled} entries of the kernel's table fit no stack (left out)")
+        if note := run.shallow_note(final):
+            _err(f"kprobe-tui: {note}")
+    return 0
+
+
+def _emit_stacks(args, table: StackTable, *, interval: bool) -> None:
+    if args.top:
+        table = table.top(args.top)
+    if not args.json:
+        table = table.renamed(printable)  # a comm or a user frame's path holding a newline must not forge a line
+    if args.json:
+        _out(format_json(table))
+        return
+    if interval and not args.folded:
+        _out(time.strftime("[%H:%M:%S]", time.localtime()))
+    text = format_folded(table) if args.folded else format_bpftrace(table)
+    sys.stdout.write(text)
+    sys.stdout.flush()
 
 
 def _sample_names(names: list[str], shown: int = 5) -> str:

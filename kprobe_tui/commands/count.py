@@ -9,9 +9,10 @@ has neither, from our own trace instance (``--engine user``).
 from __future__ import annotations
 
 from kprobe_tui.aggregate.model import Aggregation, Field, parse_field
+from kprobe_tui.aggregate.stackrun import STACK_KEY, StackRun
 from kprobe_tui.aggregate.targets import DEFAULT_MAX_PROBES
 from kprobe_tui.commands.aggregation import OPTIONS as AGGREGATION_OPTIONS
-from kprobe_tui.commands.aggregation import add_common, builder, check_times, run_aggregation
+from kprobe_tui.commands.aggregation import add_common, builder, check_times, run_aggregation, run_stack_count
 from kprobe_tui.errors import UserError
 
 OPTIONS = AGGREGATION_OPTIONS
@@ -23,7 +24,9 @@ def add_parser(subparsers) -> None:
                         help="a probe as `kprobe-tui probe` takes it ('tcp_sendmsg size'), or a glob of functions ('vfs_*')")
     parser.add_argument("--by", metavar="KEY[,KEY...]",
                         help="comm, pid, probe, or a captured argument (ntohs(FIELD)/ntohl(FIELD) for network "
-                             "byte order); up to 3 (default: probe)")
+                             "byte order); up to 3 (default: probe); or stack, or stack,comm: who calls it")
+    parser.add_argument("--folded", action="store_true",
+                        help="with --by stack: one 'outer;...;inner COUNT' line a stack (flamegraph.pl, inferno, speedscope)")
     parser.add_argument("--top", type=int, metavar="N", help="only the N keys with the most hits")
     parser.add_argument("--max-probes", type=int, default=DEFAULT_MAX_PROBES, metavar="N",
                         help=f"refuse a glob matching more functions than this (default {DEFAULT_MAX_PROBES})")
@@ -37,10 +40,29 @@ def parse_keys(text: str | None, default: tuple[Field, ...] = ()) -> tuple[Field
     return tuple(parse_field(part) for part in text.split(",") if part.strip())
 
 
+def stack_keys(text: str | None) -> tuple[str, ...]:
+    """The --by keys when they name the stack (``stack``, ``stack,comm``), else ()."""
+    names = tuple(part.strip() for part in (text or "").split(",") if part.strip())
+    if STACK_KEY not in names:
+        return ()
+    if set(names) - {STACK_KEY, "comm"} or len(set(names)) != len(names):
+        raise UserError(f"--by {text}: a stack is keyed alone or with comm", "use --by stack or --by stack,comm")
+    return names
+
+
 def run(args) -> int:
     check_times(args)
     if args.max_probes < 1:
         raise UserError(f"--max-probes {args.max_probes}: must be at least 1")
+    by_stack = stack_keys(args.by)
+    if args.folded and not by_stack:
+        raise UserError("--folded prints stacks", "add --by stack")
+    if by_stack:
+        by_comm = "comm" in by_stack
+        top, build = builder(args)
+        targets = build.counting(args.specs, Aggregation("count", keys=(Field("comm"),) if by_comm else ()), args.filter)
+        return run_stack_count(args, f"count {' '.join(args.specs)}",
+                               StackRun(top, targets, by_comm, args.filter, args.engine), targets)
     aggregation = Aggregation("count", keys=parse_keys(args.by, (Field("probe"),)), top=args.top)
     top, build = builder(args)
     targets = build.counting(args.specs, aggregation, args.filter)

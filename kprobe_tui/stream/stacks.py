@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kprobe_tui.errors import UserError
@@ -74,6 +74,25 @@ class StackTable:
     @property
     def capped(self) -> bool:
         return self.dropped > 0
+
+    def since(self, before: StackTable) -> StackTable:
+        """What was counted after ``before`` (an earlier copy of the same run's counts): one interval."""
+        counts = {key: count - before.counts.get(key, 0) for key, count in self.counts.items()}
+        return StackTable(self.limit, {key: count for key, count in counts.items() if count > 0},
+                          max(0, self.dropped - before.dropped), max(0, self.garbled - before.garbled))
+
+    def top(self, count: int) -> StackTable:
+        """Only the ``count`` stacks with the most hits."""
+        kept = sorted(self.counts.items(), key=lambda item: item[1], reverse=True)[:count]
+        return StackTable(self.limit, dict(kept), self.dropped, self.garbled)
+
+    def renamed(self, name: Callable[[str], str]) -> StackTable:
+        """The same counts with ``name`` applied to every frame and comm (escaping them for a terminal)."""
+        renamed = StackTable(self.limit, {}, self.dropped, self.garbled)
+        for (stack, comm), count in self.counts.items():
+            key = (tuple(map(name, stack)), None if comm is None else name(comm))
+            renamed.counts[key] = renamed.counts.get(key, 0) + count
+        return renamed
 
     def stacks(self) -> StackCounts:
         """Counts per stack; with comms, the comm is the outermost frame (how bcc's stackcount -P
