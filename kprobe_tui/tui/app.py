@@ -31,6 +31,7 @@ from kprobe_tui.tui.screens.builder import EditBuilder, ProbeBuilderScreen
 from kprobe_tui.tui.screens.calltree import CallGraphScreen
 from kprobe_tui.tui.screens.doctor import DoctorScreen
 from kprobe_tui.tui.screens.events import EventsScreen
+from kprobe_tui.tui.screens.flame import FlameScreen, OpenFlame
 from kprobe_tui.tui.screens.functions import FunctionsScreen
 from kprobe_tui.tui.screens.help import HelpScreen
 from kprobe_tui.tui.screens.probes import ProbesScreen
@@ -230,6 +231,9 @@ class KprobeTui(App):
         tracefs = self._tracefs("Cannot graph")
         if tracefs is not None:
             self.push_screen(CallGraphScreen(message.function, tracefs))
+
+    def on_open_flame(self, message: OpenFlame) -> None:
+        self.push_screen(FlameScreen(message.stacks, message.title))
 
     def on_back(self, message: Back) -> None:
         if len(self.screen_stack) > 2:  # the default screen, and the first of ours, stay

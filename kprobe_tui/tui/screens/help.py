@@ -69,7 +69,7 @@ HELP: dict[str, tuple[str, str]] = {  # screen class -> (title, what it is for)
          "bpftrace draws them, refreshed every second. k chooses the key (none, comm, pid, a captured field), "
          "v the value (count, a field, latency), b log2 or linear buckets (linear over the values seen; r types "
          "a range, MIN,MAX,STEP, as bpftrace's lhist), i the last second or everything "
-         "since the start. The line under the title says which engine runs and why: the kernel's hist "
+         "since the start, f a flame graph when counted by stack. The line under the title says which engine runs and why: the kernel's hist "
          "triggers where it has them, else events aggregated here. Its probes go when you leave."),
     ),
     "CallGraphScreen": (
@@ -79,6 +79,14 @@ HELP: dict[str, tuple[str, str]] = {  # screen class -> (title, what it is for)
          "and self time in microseconds (self: not spent in a callee). Escape stops early, r runs again, enter "
          "opens the highlighted function's source. The tracer is the kernel's only one: it is borrowed only "
          "when idle and given back as found."),
+    ),
+    "FlameScreen": (
+        "Flame graph",
+        ("Where the counted stacks go, drawn as an icicle: the outermost callers at the top, each frame as wide "
+         "as its share of the count, its callees below it, sorted by name. The arrows move the cursor (down: the "
+         "widest callee), a click selects, enter zooms into a frame (its callers stay above, full width), escape "
+         "or backspace zooms back out, / marks the frames whose name holds a text and says their share, "
+         "s opens the frame's function's source. The bottom line says the frame's count and share."),
     ),
 }
 

@@ -24,14 +24,17 @@ from kprobe_tui.aggregate.result import Result
 from kprobe_tui.aggregate.run import Sample
 from kprobe_tui.aggregate.text import stats_line
 from kprobe_tui.errors import UserError
+from kprobe_tui.stream.stacks import StackCounts, StackTable
 from kprobe_tui.tui.navigation import Back
 from kprobe_tui.tui.plain import plain
+from kprobe_tui.tui.screens.flame import OpenFlame
 from kprobe_tui.tui.theming import LAYOUT
 from kprobe_tui.tui.widgets.key_footer import KeyFooter
 from kprobe_tui.tui.widgets.stats_table import StatsTable
 from kprobe_tui.tui.work import Background
 
 RATE_SECONDS = 60  # sparkline history, as the events screen keeps it
+STACK_KEY = "stack"  # a result keyed by it has stacks (tuples of frames, outermost first) as key values
 # The model's names the app and the screens that open this view import from here.
 __all__ = ["StatsRequest", "StatsScreen", "handoff", "nice_linear", "probe_request"]
 
@@ -47,6 +50,7 @@ class StatsScreen(Screen):
         Binding("b", "buckets", "Log2/linear"),
         Binding("r", "linear_range", "Linear range", show=False),  # listed by help and the palette
         Binding("i", "interval", "Interval/total"),
+        Binding("f", "flame", "Flame graph", show=False),  # listed by help and the palette; a stack key only
         Binding("escape", "close", "Back"),
     ]
 
@@ -230,6 +234,28 @@ class StatsScreen(Screen):
         box.remove_class("-open")
         self.set_focus(None)
         return True
+
+    def stack_counts(self) -> StackCounts | None:
+        """The result's counts per stack when it is keyed by stack (a comm key, too: the outermost frame,
+        as ``StackTable.stacks`` folds it); None when it is not."""
+        result = self.result
+        if result is None or STACK_KEY not in result.key_names:
+            return None
+        at = result.key_names.index(STACK_KEY)
+        comm_at = result.key_names.index("comm") if "comm" in result.key_names else None
+        table = StackTable(limit=len(result.entries))
+        for entry in result.entries:
+            table.add(tuple(entry.key[at]), None if comm_at is None else str(entry.key[comm_at]), entry.count)
+        return table.stacks()
+
+    def action_flame(self) -> None:
+        """The counted stacks as a flame graph (a stack key only: k chooses the key)."""
+        stacks = self.stack_counts()
+        if stacks is None:
+            self.notify("a flame graph draws stacks: count by stack (k) first", severity="warning")
+            return
+        shown = "last second" if self.interval else "since start"
+        self.post_message(OpenFlame(stacks, f"{self.request.describe()} · {shown}"))
 
     def action_interval(self) -> None:
         self.interval = not self.interval
