@@ -17,6 +17,7 @@ from operator import itemgetter
 from kprobe_tui.stream.parser import Event
 
 UNKNOWN_COMM = "<...>"
+COMM_BYTES = 15  # TASK_COMM_LEN less its NUL: what the kernel saves (/proc gives a kernel thread's whole name)
 REMEMBERED = 4096  # pids whose name is kept: a machine's busy processes, not every short-lived one
 _COMM = itemgetter(Event._fields.index("comm"))  # a tuple index: the scan stays in C
 
@@ -46,7 +47,7 @@ class CommNames:
         named = []
         for event in events:
             if event.comm == UNKNOWN_COMM:
-                comm = known.get(event.pid) or self._from_proc(event.pid)
+                comm = known.get(event.pid) or proc_comm(event.pid, self._proc)
                 if comm is None:
                     saved = self._saved() if saved is None else saved
                     comm = saved.get(event.pid)
@@ -55,13 +56,6 @@ class CommNames:
                     event = event._replace(comm=comm)
             named.append(event)
         return named
-
-    def _from_proc(self, pid: int) -> str | None:
-        try:
-            with open(f"{self._proc}/{pid}/comm", "rb") as file:
-                return file.read(64).decode("utf-8", "backslashreplace").rstrip("\n") or None
-        except OSError:
-            return None
 
     def _saved(self) -> dict[int, str]:
         """saved_cmdlines as pid -> name (lines ``PID COMM``; unreadable: nothing)."""
@@ -75,3 +69,35 @@ class CommNames:
             if pid.isdigit() and comm:
                 saved[int(pid)] = comm
         return saved
+
+
+def proc_comm(pid: int, proc: str = "/proc") -> str | None:
+    """A living task's name as the kernel saves it for the text (None once it has exited)."""
+    try:
+        with open(f"{proc}/{pid}/comm", "rb") as file:
+            name = file.read(64).rstrip(b"\n")[:COMM_BYTES]
+    except OSError:
+        return None
+    return name.decode("utf-8", "backslashreplace") or None
+
+
+def proc_tgid(pid: int, proc: str = "/proc") -> int | None:
+    """A living task's thread group (its process) id, as the kernel saves it for the text (None once it has exited)."""
+    try:
+        with open(f"{proc}/{pid}/status", "rb") as file:
+            status = file.read(4096)
+    except OSError:
+        return None
+    at = status.find(b"\nTgid:")
+    line = status[at + 6:status.find(b"\n", at + 1)].strip() if at >= 0 else b""
+    return int(line) if line.isdigit() else None
+
+
+def saved_comm(saved_cmdlines: bytes, pid: int) -> str | None:
+    """The name saved_cmdlines (each ``PID COMM`` line after a newline) holds for ``pid``, if any."""
+    key = b"\n%d " % pid
+    at = saved_cmdlines.find(key)
+    if at < 0:
+        return None
+    end = saved_cmdlines.find(b"\n", at + 1)
+    return saved_cmdlines[at + len(key):end if end >= 0 else None].decode("utf-8", "backslashreplace") or None

@@ -192,6 +192,7 @@ class EventDecoder:
         self._pick = pick
         self._renders = renders
         self._flags: dict[int, str] = {}  # common_flags | common_preempt_count << 8 -> the column
+        self._flags_column = True  # the irq-info option (trace_print_context)
         self.event_type: type[RawEvent] = type(f"RawEvent_{ident}", (RawEvent,), {"__slots__": (), "decoder": self})
 
     def decode(self, record: bytes, ts: float, cpu: int, comm: str, tgid: int | None = None) -> Event:
@@ -209,8 +210,16 @@ class EventDecoder:
         """``decode`` for a reader that unpacked the record's ``HEADER`` itself (to find its decoder and comm)."""
         if len(record) < self.size:
             raise RecordError(f"a record of {self.name} is {len(record)} bytes, shorter than its fixed {self.size}")
-        shown = self._flags.get(flags) or self._flags.setdefault(flags, latency_flags(flags & 0xFF, flags >> 8))
+        shown = self._flags.get(flags)
+        if shown is None:
+            shown = self._flags[flags] = latency_flags(flags & 0xFF, flags >> 8) if self._flags_column else ""
         return tuple.__new__(self.event_type, (ts, cpu, pid, tgid, comm, shown, self.name, record, None))
+
+    def show_flags(self, shown: bool) -> None:
+        """Whether events have the flags column: the text has it while the instance's irq-info option is on."""
+        if shown != self._flags_column:
+            self._flags_column = shown
+            self._flags.clear()
 
     def render(self, record: bytes) -> str:
         """The body the kernel's text prints for ``record`` (one ``decode`` accepted)."""

@@ -8,7 +8,8 @@ to the store, and at most every ``interval`` seconds hands one ``StreamUpdate`` 
 - ``RawPagesSource``, a tail's (``StreamReader(events=...)``, which ``TailSession`` passes): the
   per-CPU ``trace_pipe_raw`` pages (stream/rawpages.py), each record decoded by its event's compiled
   ``format`` (stream/rawformat.py) into the very Event the text gives, its body printed only when
-  asked for; comm and tgid from saved_cmdlines/saved_tgids as the text's, lost events from the page
+  asked for; comm and tgid those the text prints when it is read (a living task's from /proc, an exited
+  one's from saved_cmdlines/saved_tgids), columns as the instance's options say, lost events from the page
   headers, kernel stacks from their own records, kernel probes' sites named by kallsyms.
 - ``TracePipeSource``, the text ``trace_pipe``: the fallback, said once in ``StreamUpdate.notice``
   (an event whose ``print fmt`` the decoder cannot print, such as ``__print_flags``; user stacks; a
@@ -40,7 +41,7 @@ from typing import NamedTuple, Protocol
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.instance import Instance
-from kprobe_tui.stream.comms import UNKNOWN_COMM, CommNames
+from kprobe_tui.stream.comms import UNKNOWN_COMM, CommNames, proc_comm, proc_tgid, saved_comm
 from kprobe_tui.stream.ksyms import KernelSymbols
 from kprobe_tui.stream.parser import Event, LineParser
 from kprobe_tui.stream.rawformat import HEADER, EventDecoder, RecordError, StackDecoder, compile_format
@@ -172,6 +173,8 @@ class TracePipeSource:
 
 
 _EVENT_NAME = itemgetter(Event._fields.index("event"))
+# Options that make the kernel print other lines than ``comm-pid [cpu] flags time: event: body`` (print_trace_line).
+TEXT_ONLY_OPTIONS = ("latency-format", "raw", "hex", "bin")
 KNOWN_HEADERS = 4096  # record headers remembered (a flood of many processes' events is not remembered whole)
 # The clocks whose stamps are nanoseconds, which the text prints as seconds.microseconds (the others print counts).
 NANOSECOND_CLOCKS = frozenset({"local", "global", "mono", "mono_raw", "boot", "tai", "perf"})
@@ -180,24 +183,25 @@ NANOSECOND_CLOCKS = frozenset({"local", "global", "mono", "mono_raw", "boot", "t
 class RawPagesSource:
     """The instance's per-CPU ``trace_pipe_raw`` pages, each record decoded by its event's compiled format.
 
-    Comm and tgid are looked up as the text looks them up when it prints (saved_cmdlines, saved_tgids). A
-    record of an event enabled after the start is decoded once that event's format compiles; a record no
+    Comm and tgid are what the text prints when it is read (``_name``), and the columns follow the instance's
+    options as the text does (irq-info, record-tgid; re-read once a second). A record of an event enabled after
+    the start is decoded once that event's format compiles; a record no
     format decodes is kept raw and counted as garbled, as the text reader keeps a line it cannot parse.
     """
 
-    def __init__(self, instance: Instance, decoders: dict[int, EventDecoder], tgids: bool,
-                 symbols: KernelSymbols) -> None:
+    def __init__(self, instance: Instance, decoders: dict[int, EventDecoder], symbols: KernelSymbols) -> None:
         self.instance = instance
         self.symbols = symbols
         self.path = str(instance.tracefs.path("per_cpu"))
         self.decoders = decoders
-        self.tgids = tgids
         self.kept_raw = 0  # records no format decodes
         self.pages: RawPages | None = None
         self._tried = set(instance.enabled)  # events whose format was compiled or refused
-        self._comms: dict[int, str] = {}
-        self._tgids: dict[int, int] = {}  # empty unless the instance records tgids
-        self._names_read = 0.0  # when saved_cmdlines was read last (monotonic)
+        self._names: dict[int, tuple[str, int | None]] = {}  # pid -> its comm and tgid, as of these records
+        self._tgids: dict[int, int] = {}  # saved_tgids as read last, empty unless the instance records tgids
+        self._saved = b""  # saved_cmdlines as read after these records (each line after a newline), or b""
+        self._options_read = 0.0  # when the options and saved_tgids were read last (monotonic)
+        self._flags_column = self._tgid_column = True  # the irq-info and record-tgid options
         # A record's common fields (type, flags, pid) -> its event's type, the fields they give (pid, tgid, comm,
         # flags column, event) and the fixed size of its records: the next record of that header costs only its
         # tuple (0.3 against 0.9 us of decode and look-ups). Forgotten when the names are read again.
@@ -226,6 +230,8 @@ class RawPagesSource:
         """As the text reader's parser, the newest event waits for one more read while stacks are recorded: the
         kernel commits a stack just after its event, and a read between the two must not part them."""
         assert self.pages is not None, "read before open"
+        if time.monotonic() - self._options_read > 1.0:
+            self._read_options()
         events: list[Event] = [] if self._held is None else [self._held]
         self._held, brought = None, False
         while True:
@@ -241,9 +247,10 @@ class RawPagesSource:
 
     def _decode(self, records: list[tuple[int, int, bytes]], events: list[Event]) -> None:
         """Appends the events of ``records`` to ``events``; a stack goes to its event there."""
-        if time.monotonic() - self._names_read > 1.0:
-            self._read_names()  # a pid's name changes (exec) and pids are reused: the text shows the name of now
-        decoders, comms, tgids, known = self.decoders, self._comms, self._tgids, self._known
+        self._names = {0: ("<idle>", self._tgids.get(0))}  # a pid's name changes (exec) and pids are reused
+        self._known.clear()
+        self._saved = b""
+        decoders, names, known = self.decoders, self._names, self._known
         header = HEADER.unpack_from
         stack_id = self._stack.id if self._stack is not None else -1
         for ns, cpu, record in records:
@@ -258,14 +265,12 @@ class RawPagesSource:
                     self._attach_stack(events, cpu, record)
                     continue
                 decoder = decoders.get(ident) or self._late_decoder(ident)
-                comm = comms.get(pid)
-                if comm is None:
-                    self._read_names()
-                    comms, tgids = self._comms, self._tgids
-                    comm = comms.setdefault(pid, UNKNOWN_COMM)  # looked up once a second; CommNames asks /proc
+                named = names.get(pid)
+                if named is None:
+                    named = names[pid] = self._name(pid)
                 if decoder is None:
                     raise RecordError(f"a record of event type {ident}, which no enabled event's format decodes")
-                event = decoder.event(record, ts, cpu, pid, flags, comm, tgids.get(pid))
+                event = decoder.event(record, ts, cpu, pid, flags, *named)
                 events.append(event)
                 if len(known) < KNOWN_HEADERS:
                     known[record[:HEADER.size]] = (type(event), event[2:7], decoder.size)
@@ -300,15 +305,39 @@ class RawPagesSource:
                     decoder = compile_event(self.instance, *target, self.symbols)
                 except UserError:
                     continue  # its records are kept raw, counted as garbled
+                decoder.show_flags(self._flags_column)
                 self.decoders.setdefault(decoder.id, decoder)
         return self.decoders.get(ident)
 
-    def _read_names(self) -> None:
-        self._names_read = time.monotonic()
-        self._known.clear()
-        self._comms = dict(_saved_pairs(self.instance, "saved_cmdlines"))
-        self._comms[0] = "<idle>"
-        if self.tgids:
+    def _name(self, pid: int) -> tuple[str, int | None]:
+        """A pid's comm and tgid as the text would print them now, looked up once a batch of records.
+
+        The text prints the name saved_cmdlines holds when it is read; the kernel saves a task's name there when
+        it is next switched out after an event, so a snapshot read before a record was written may hold the
+        pid's previous owner's name, or its name before an exec (a once-a-second snapshot named 4 of 60 short
+        runs after node threads that had had their pids). A living task's name is its own (/proc); an exited
+        one's is saved_cmdlines', read after its records were: once in a batch that has one (3.5 ms for its 6552
+        names here, searched as bytes: 15 ms parsed whole), as the text looks each up when it prints. The tgid
+        likewise: a living task's from /proc, else saved_tgids' (read once a second: 17 ms here)."""
+        comm = proc_comm(pid)
+        if comm is not None:
+            return comm, proc_tgid(pid) if self._tgid_column else None
+        if not self._saved:
+            try:
+                self._saved = b"\n" + self.instance.top.path("saved_cmdlines").read_bytes()
+            except OSError:
+                self._saved = b"\n"
+        return saved_comm(self._saved, pid) or UNKNOWN_COMM, self._tgids.get(pid)
+
+    def _read_options(self) -> None:
+        """The options that shape the text's columns, which anyone may switch at any time (a new instance takes
+        the top level's: after other tests the 6.1 guest's had irq-info off), and saved_tgids."""
+        self._options_read = time.monotonic()
+        self._flags_column, self._tgid_column = _option(self.instance, "irq-info"), _option(self.instance, "record-tgid")
+        for decoder in self.decoders.values():
+            decoder.show_flags(self._flags_column)
+        self._tgids = {}
+        if self._tgid_column:
             self._tgids = {pid: int(tgid) for pid, tgid in _saved_pairs(self.instance, "saved_tgids") if tgid.isdigit()}
 
     def flush(self) -> list[Event]:
@@ -349,6 +378,9 @@ def choose_source(instance: Instance, events: list[tuple[str, str]]) -> tuple[Ev
     try:
         if option("userstacktrace"):
             return TracePipeSource(instance), "user stack traces are read from the text trace_pipe"
+        reshaped = [f"{name} on" for name in TEXT_ONLY_OPTIONS if option(name)] + ["context-info off"] * (not option("context-info"))
+        if reshaped:
+            return TracePipeSource(instance), f"option {reshaped[0]}: the text trace_pipe is read, as the kernel prints it"
         clock = instance.tracefs.read("trace_clock").partition("[")[2].partition("]")[0]
         if clock not in NANOSECOND_CLOCKS:
             return TracePipeSource(instance), f"trace_clock {clock} is printed by the text trace_pipe only"
@@ -363,7 +395,7 @@ def choose_source(instance: Instance, events: list[tuple[str, str]]) -> tuple[Ev
         PageLayout(instance.top.read("events/header_page"))
     except UserError as exc:
         return TracePipeSource(instance), f"reading the text trace_pipe: {exc.message}"
-    return RawPagesSource(instance, decoders, option("record-tgid"), symbols), ""
+    return RawPagesSource(instance, decoders, symbols), ""
 
 
 def _option(instance: Instance, name: str) -> bool:

@@ -165,7 +165,8 @@ EVERY_TYPE = ["hit", "a=%di:u8", "b=%di:u16", "c=%di:u32", "d=%di:u64", "e=%di:s
 EVERY_RETURN = ["hit%return", "ret=$retval:s64", "rx=$retval:x32", "ru=$retval:u16"]
 
 
-def recorded_then_read(top: Tracefs, binary: Path, calls: int, buffer_kb: int | None = None, stacktrace: bool = False):
+def recorded_then_read(top: Tracefs, binary: Path, calls: int, buffer_kb: int | None = None, stacktrace: bool = False,
+                       options: dict[str, bool] | None = None):
     """Records the program on two CPUs at once with nobody reading, stops recording, takes the text the instance's
     ``trace`` prints and the lost count the text reader would give (stats), then drains the same buffer with the
     binary reader. Returns (text events, binary events, text lost, binary lost, the reader's updates)."""
@@ -173,7 +174,7 @@ def recorded_then_read(top: Tracefs, binary: Path, calls: int, buffer_kb: int | 
     probes = [compile_spec(parse_spec(words, binary=str(binary)), lifetime.run_name())[0]
               for words in (EVERY_TYPE, EVERY_RETURN)]
     instance = Instance(top)
-    instance.create(buffer_kb, {"record-tgid": True, "stacktrace": stacktrace})  # as a tail makes it
+    instance.create(buffer_kb, {"record-tgid": True, "stacktrace": stacktrace, **(options or {})})  # as a tail makes it
     created = []
     updates: list[StreamUpdate] = []
     try:
@@ -275,3 +276,90 @@ def test_an_event_the_decoder_cannot_print_is_read_from_the_text_and_the_reader_
         instance.remove()
     notices = [update.notice for update in updates if update.notice]
     assert notices == [reader.notice]  # in the first update only
+
+
+def test_columns_follow_the_instances_options_as_the_text_does(top, boxlab):
+    """irq-info off (a new instance takes the top level's options; after other tests the 6.1 guest's had it off):
+    the text has no flags column; record-tgid off: no tgid column."""
+    printed, decoded, *_ = recorded_then_read(top, boxlab, 50, options={"irq-info": False, "record-tgid": False})
+    assert {event.flags for event in printed} == {""} and {event.tgid for event in printed} == {None}
+    assert as_printed(decoded) == printed
+
+
+EXEC_SOURCE = r"""
+#include <stdio.h>
+#include <unistd.h>
+__attribute__((noinline)) int hit(int n) { asm volatile("" ::: "memory"); return n + 1; }
+
+int main(int argc, char **argv)
+{
+    char line[8];
+    hit(argc);
+    if (!fgets(line, sizeof line, stdin))  /* blocked: switched out, so saved_cmdlines holds this name */
+        return 1;
+    if (argc > 1)
+        execv(argv[1], argv + 1);
+    return 0;
+}
+"""
+
+
+def blocked_as(pid: int, comm: str) -> bool:
+    """The process is asleep (on its stdin) under this name."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return Path(f"/proc/{pid}/comm").read_text().strip() == comm and stat.rpartition(")")[2].split()[0] == "S"
+
+
+def test_a_pid_is_named_as_the_text_names_it_when_read_after_an_exec_and_after_an_exit(top, tmp_path):
+    """The names the text prints when the records are read: a process that exec'd since its first records (its
+    pid read a moment before under its old name), then one that has exited."""
+    (tmp_path / "execlab.c").write_text(EXEC_SOURCE)
+    first, second = tmp_path / "execlab_a", tmp_path / "execlab_b"
+    subprocess.run(["gcc", "-O1", "-o", str(first), str(tmp_path / "execlab.c")], check=True)
+    os.link(first, second)  # the same inode, so the same probe, under another name
+    events = Events(top)
+    probe = compile_spec(parse_spec(["hit"], binary=str(first)), lifetime.run_name())[0]
+    instance = Instance(top)
+    instance.create(None, {"record-tgid": True})
+    created = []
+    try:
+        created = events.create([probe], run_scoped=True)
+        instance.enable(probe.group, probe.event)
+        source = StreamReader(instance, None, lambda update: None, events=[(probe.group, probe.event)]).source
+        assert isinstance(source, RawPagesSource)
+        source.open()
+        run = subprocess.Popen([str(first), str(second)], stdin=subprocess.PIPE)
+        try:
+            wait_for(lambda: blocked_as(run.pid, "execlab_a"), "the first name, asleep")
+            before = source.read(time.monotonic() + 1).events
+            assert run.stdin is not None
+            run.stdin.write(b"\n")
+            run.stdin.flush()
+            wait_for(lambda: blocked_as(run.pid, "execlab_b"), "the name after the exec, asleep")
+            comm = kernel_comm(top.read("saved_cmdlines"))
+            after_exec = source.read(time.monotonic() + 1).events
+            run.stdin.write(b"\n")
+            run.stdin.flush()
+            assert run.wait(10) == 0
+        finally:
+            run.kill()
+        short = subprocess.run([str(first)], input=b"\n")  # runs and exits before it is read
+        assert short.returncode == 0
+        after_exit = source.read(time.monotonic() + 1).events
+        source.close()
+        comm_after_exit = kernel_comm(top.read("saved_cmdlines"))
+    finally:
+        instance.remove()
+        for event in created:
+            events.delete(event)
+    assert [event.comm for event in before] == ["execlab_a"]
+    assert comm(run.pid) == "execlab_b"  # what the text prints now
+    assert [(event.pid, event.comm) for event in after_exec] == [(run.pid, "execlab_b")]
+    assert [event.comm for event in after_exit] == [comm_after_exit(after_exit[0].pid)] == ["execlab_a"]
+
+
+def wait_for(condition, what: str) -> None:
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.01)
