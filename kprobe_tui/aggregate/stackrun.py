@@ -11,6 +11,9 @@ user stacks by frame pointers only: a program built without them gives one or tw
 
 from __future__ import annotations
 
+import bisect
+import os
+import re
 import threading
 
 from kprobe_tui.aggregate.kernel_engine import BUFFER_KB as KERNEL_BUFFER_KB
@@ -19,14 +22,23 @@ from kprobe_tui.aggregate.model import Aggregation, Field
 from kprobe_tui.aggregate.offer import Choice, choose
 from kprobe_tui.aggregate.run import ProbeRun
 from kprobe_tui.aggregate.targets import COMM_ARGUMENT, Target, Targets
-from kprobe_tui.aggregate.triggers import TABLE_SIZE, Trigger
+from kprobe_tui.aggregate.triggers import Trigger
 from kprobe_tui.aggregate.user_engine import BUFFER_KB, InstanceReader
+from kprobe_tui.elf import ElfFile, NotElf
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.tracefs import Tracefs
 from kprobe_tui.stream.parser import Event, LineParser
 from kprobe_tui.stream.stacks import StackTable, add_event_stack, max_stacks, parse_hist_stacks
 
 STACK_KEY = "stack"
+# "/usr/bin/prog[+0x1139]": sym-userobj's frame, the offset into the mapping the address is in
+_USER_FRAME = re.compile(r"(?P<path>/.*)\[\+0x(?P<offset>[0-9a-f]{1,16})\]$")
+PAGE = 4096
+MAX_PROGRAMS = 64  # programs and libraries whose symbols are kept while a run lasts
+STT_FUNC = 2
+# The kernel's largest hist table (TRACING_MAP_BITS_MAX: 2^17 entries); it rounds a size up to a power of
+# two and allocates every entry up front: a stack key is 16 frames of 8 bytes, so 10k stacks cost ~3 MB.
+MAX_TABLE_SIZE = 1 << 17
 # A user stack this shallow at most, on every hit, is a program walked without frame pointers.
 SHALLOW_FRAMES = 2
 
@@ -40,6 +52,54 @@ def probed(target: Target) -> str | None:
     """The kernel function a target probes, whose frame is a stack's innermost (None for a uprobe)."""
     probe = target.probe
     return None if probe.spec.is_uprobe else probe.function or probe.spec.function
+
+
+class UserFrames:
+    """``/path/prog[+0xOFF]`` frames as ``function+0xN [prog]`` from the file's symbol table.
+
+    The offset is into the mapping, which starts at the page of the executable segment: a return
+    address is code, so the segment whose page plus the offset lands in a function is the one. A frame
+    that fits no function (a stripped library, a file gone or not ELF) is left as the kernel printed it."""
+
+    def __init__(self) -> None:
+        self._programs: dict[str, tuple[list[int], list[tuple[int, int, str]]] | None] = {}
+        self._names: dict[str, str] = {}
+
+    def name(self, frame: str) -> str:
+        named = self._names.get(frame)
+        if named is None:
+            named = self._names[frame] = self._resolve(frame) if len(self._names) < 100_000 else frame
+        return named
+
+    def _resolve(self, frame: str) -> str:
+        match = _USER_FRAME.match(frame)
+        program = self._program(match["path"]) if match else None
+        if match is None or program is None:
+            return frame
+        starts, functions = program
+        offset = int(match["offset"], 16)
+        for start in starts:
+            address = start + offset
+            index = bisect.bisect_right(functions, (address, 1 << 64)) - 1
+            if index >= 0 and functions[index][0] <= address < functions[index][0] + functions[index][1]:
+                value, _, name = functions[index]
+                return f"{name}+{address - value:#x} [{os.path.basename(match['path'])}]"
+        return frame
+
+    def _program(self, path: str) -> tuple[list[int], list[tuple[int, int, str]]] | None:
+        if path not in self._programs:
+            if len(self._programs) >= MAX_PROGRAMS:
+                return None
+            try:
+                elf = ElfFile(path)
+                starts = [segment.vaddr & ~(PAGE - 1) for segment in elf.load_segments()]
+                table = elf.symbols(".symtab") or elf.symbols(".dynsym")
+                functions = sorted((value, size, table.name(name_at)) for name_at, _, _, _, value, size
+                                   in table.of_types(STT_FUNC) if size) if table else []
+                self._programs[path] = (starts, functions)
+            except (OSError, NotElf):
+                self._programs[path] = None
+        return self._programs[path]
 
 
 class KernelStackEngine(_InstanceOwner):
@@ -61,7 +121,7 @@ class KernelStackEngine(_InstanceOwner):
         self.instance.create(KERNEL_BUFFER_KB)
         for target in self.targets:
             self.add(Trigger(target.group, target.event, self.keys, filter=self.conditions.get(target.event, ""),
-                             size=TABLE_SIZE))
+                             size=min(self.limit, MAX_TABLE_SIZE)))
 
     def collect(self) -> StackTable:
         """Every stack so far (the kernel's tables are cumulative)."""
@@ -84,6 +144,7 @@ class UserStackEngine(InstanceReader):
         self.table = StackTable(limit)
         self.deepest = 0  # frames of the deepest stack seen: how a program without frame pointers shows
         self._probed = {target.event: probed(target) for target in targets}
+        self._user_frames = UserFrames()
         self._parser = LineParser()
         self._lock = threading.Lock()  # the reader thread feeds, the caller collects
 
@@ -110,7 +171,8 @@ class UserStackEngine(InstanceReader):
                 continue
             self.deepest = max(self.deepest, len(event.stack))
             comm = str(event.args.get(COMM_ARGUMENT, event.comm)).strip('"') if self.by_comm else None
-            add_event_stack(self.table, event.stack, comm, self._probed.get(event.event))
+            frames = map(self._user_frames.name, event.stack) if self.user_stacks else event.stack
+            add_event_stack(self.table, frames, comm, self._probed.get(event.event))
 
     def collect(self) -> StackTable:
         """Every stack so far; the newest event waits for its stack lines unless a whole read brought none."""

@@ -106,7 +106,7 @@ def run_stack_count(args, what: str, run: StackRun, targets: Targets) -> int:
     before = StackTable(run.limit)
     try:
         try:
-            _err(f"kprobe-tui: {what} --by stack: {choice.engine} engine: {choice.reason}")
+            _err(f"kprobe-tui: {what}: {choice.engine} engine: {choice.reason}")
             if not args.json and not args.folded:
                 _err(f"Tracing {len(targets.items)} probe{'s' if len(targets.items) != 1 else ''}... Hit Ctrl-C to end.")
             deadline = time.monotonic() + args.duration if args.duration else None
@@ -115,7 +115,7 @@ def run_stack_count(args, what: str, run: StackRun, targets: Targets) -> int:
                 time.sleep(max(0.0, min(pause, deadline - time.monotonic()) if deadline else pause))
                 if args.interval and (deadline is None or time.monotonic() < deadline):
                     now = run.collect()
-                    _emit_stacks(args, now.since(before), interval=True)
+                    _emit_stacks(args, now.since(before), interval=True, last=False)
                     before = now
         except KeyboardInterrupt:
             pass
@@ -123,7 +123,7 @@ def run_stack_count(args, what: str, run: StackRun, targets: Targets) -> int:
     finally:
         run.stop()
     if final is not None:
-        _emit_stacks(args, final.since(before) if args.interval else final, interval=bool(args.interval))
+        _emit_stacks(args, final.since(before) if args.interval else final, interval=bool(args.interval), last=True)
         if final.capped:
             _err(f"kprobe-tui: {len(final.counts)} distinct stacks kept ({MAX_STACKS_ENV}); {final.dropped} hits "
                  "of other stacks are not shown")
@@ -134,14 +134,13 @@ def run_stack_count(args, what: str, run: StackRun, targets: Targets) -> int:
     return 0
 
 
-def _emit_stacks(args, table: StackTable, *, interval: bool) -> None:
+def _emit_stacks(args, table: StackTable, *, interval: bool, last: bool) -> None:
     if args.top:
         table = table.top(args.top)
-    if not args.json:
-        table = table.renamed(printable)  # a comm or a user frame's path holding a newline must not forge a line
     if args.json:
-        _out(format_json(table))
+        _out(format_json(table, **({"final": True} if last else {})))
         return
+    table = table.renamed(printable)  # a comm or a user frame's path holding a newline must not forge a line
     if interval and not args.folded:
         _out(time.strftime("[%H:%M:%S]", time.localtime()))
     text = format_folded(table) if args.folded else format_bpftrace(table)

@@ -200,7 +200,8 @@ def format_folded(table: StackTable) -> str:
     return "\n".join(lines) + ("\n" if lines else "")
 
 
-def format_json(table: StackTable) -> str:
+def format_json(table: StackTable, **extra: object) -> str:
+    """One JSON object: the stacks (outermost frame first), most hits first, and what the bound dropped."""
     stacks = [{"stack": list(stack), "count": count} | ({} if comm is None else {"comm": comm})
               for stack, comm, count in reversed(_ordered(table))]
-    return json.dumps({"stacks": stacks, "dropped": table.dropped, "max_stacks": table.limit})
+    return json.dumps({"stacks": stacks, "dropped": table.dropped, "max_stacks": table.limit, **extra})
