@@ -393,6 +393,30 @@ async def to_graph(pilot: Pilot) -> None:
     await settled(pilot)
 
 
+def guest_stacks() -> dict[tuple[str, ...], int]:
+    """kmem_cache_alloc's kernel stacks as bpftrace counted them in the 6.1 guest (tests/fixtures/stacks)."""
+    from kprobe_tui.stream.flame import parse_folded
+
+    folded = TESTS / "fixtures" / "stacks" / "kmem_cache_alloc-6.1.folded"
+    return parse_folded(folded.read_text(), folded.name)
+
+
+async def to_flame(pilot: Pilot) -> None:
+    """The flame graph of the guest's stacks, the cursor three calls down the widest path."""
+    from kprobe_tui.tui.screens.flame import FlameScreen
+
+    await pilot.app.push_screen(FlameScreen(guest_stacks(), "count kmem_cache_alloc · by stack · since start"))
+    await pilot.press("down", "down", "down")
+    await settled(pilot)
+
+
+async def to_flame_search(pilot: Pilot) -> None:
+    """Zoomed into the system calls, the frames of the 9p client marked by a search."""
+    await to_flame(pilot)
+    await pilot.press("up", "enter", "slash", *"p9_client", "enter")
+    await settled(pilot)
+
+
 async def to_help(pilot: Pilot) -> None:
     """``?`` on the function browser."""
     await catalog_loaded(pilot)
@@ -416,6 +440,8 @@ STATES = [
     State("stats", kernel_app, to_stats),
     State("stats-count", kernel_app, to_stats_count),
     State("graph", kernel_app, to_graph),
+    State("flame", kernel_app, to_flame),
+    State("flame-search", kernel_app, to_flame_search),
     *(State(f"theme-{theme}", lambda theme=theme: kernel_app(theme), to_functions, sizes=((80, 24),))
       for theme in ("light", "high-contrast", "monochrome")),
 ]

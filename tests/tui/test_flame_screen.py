@@ -5,26 +5,18 @@ key that opens it."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from rich.cells import cell_len
 from textual.app import App
 from textual.widgets import Static
 
 from kprobe_tui.aggregate.result import Entry, Result, Stats
-from kprobe_tui.stream.flame import ROOT, FlameLayout, parse_folded
+from kprobe_tui.stream.flame import ROOT, FlameLayout
 from kprobe_tui.tui.navigation import Back, OpenSource
 from kprobe_tui.tui.screens.flame import FlameScreen, OpenFlame
 from kprobe_tui.tui.screens.stats import StatsRequest, StatsScreen
 from kprobe_tui.tui.widgets.flame import MATCH, FlameView
-from tests.tui.states import kernel_app, settled, to_functions, until
-
-FIXTURE = Path(__file__).parents[1] / "fixtures" / "stacks" / "kmem_cache_alloc-6.1.folded"
-
-
-def guest_stacks() -> dict[tuple[str, ...], int]:
-    return parse_folded(FIXTURE.read_text(), FIXTURE.name)
+from tests.tui.states import guest_stacks, kernel_app, settled, to_functions, until
 
 
 class Host(App):
