@@ -167,16 +167,19 @@ def test_prometheus_stores_the_calls_per_comm_and_sigterm_leaves_nothing(program
     assert len(leftovers(tracefs_root, exporter.name)) >= 2  # the probes are in the kernel while it serves
     # the user-space engine on the same run: its buckets are what Prometheus must store
     reference = Aggregation("hist", "-x", str(program), "work", "len", "--by", "comm", "--engine", "user")
-    reference.ready()
-    query = prometheus(f"127.0.0.1:{port}")
-    eventually(query, 'kprobe_tui_export_up{job="kprobe-tui"}', "metric", {"work_calls": 1.0, "work_len": 1.0})
-    for _ in range(2):  # two processes, each 50 calls as kpt-alpha, then 50 as "kpt beta-2"
-        run_workload(program, "values", "100")
-    eventually(query, "work_calls_total", "comm", {"kpt-alpha": 100.0, "kpt beta-2": 100.0})
-    # len is -200..700, 10 calls each per 100: 20 of 100 below 0, 30 at most 63 ([0] and the negatives)
-    eventually(query, 'work_len_bucket{le="-1.0"}', "comm", {"kpt-alpha": 20.0, "kpt beta-2": 20.0})
-    eventually(query, 'work_len_bucket{le="+Inf"}', "comm", {"kpt-alpha": 100.0, "kpt beta-2": 100.0})
-    expected = cumulative_buckets(reference.final())
+    try:
+        reference.ready()
+        query = prometheus(f"127.0.0.1:{port}")
+        eventually(query, 'kprobe_tui_export_up{job="kprobe-tui"}', "metric", {"work_calls": 1.0, "work_len": 1.0})
+        for _ in range(2):  # two processes, each 50 calls as kpt-alpha, then 50 as "kpt beta-2"
+            run_workload(program, "values", "100")
+        eventually(query, "work_calls_total", "comm", {"kpt-alpha": 100.0, "kpt beta-2": 100.0})
+        # len is -200..700, 10 calls each per 100: 20 of 100 below 0, 30 at most 63 ([0] and the negatives)
+        eventually(query, 'work_len_bucket{le="-1.0"}', "comm", {"kpt-alpha": 20.0, "kpt beta-2": 20.0})
+        eventually(query, 'work_len_bucket{le="+Inf"}', "comm", {"kpt-alpha": 100.0, "kpt beta-2": 100.0})
+    finally:
+        final = reference.final()  # ended whatever happened: its probes leave with it
+    expected = cumulative_buckets(final)
     stored = {(series["metric"]["comm"], float(series["metric"]["le"])): float(series["value"][1])
               for series in query("work_len_bucket")}
     assert stored == expected
@@ -217,11 +220,6 @@ def test_once_prints_a_page_promtool_passes(program, exporters, tmp_path, tracef
     assert leftovers(tracefs_root, exporter.name) == []
 
 
-@pytest.mark.parametrize("extra, said", [
-    ('[[metric]]\nname = "gone"\nkind = "count"\nbinary = "{program}"\nprobe = "no_such_function"\n',
-     "export.toml: metric 'gone': 'no_such_function': no such function"),
-    ('[[metric]]\nname = "broken"\nkind = \n', "not valid TOML: "),
-])
 def scrape(port: int, accept: str) -> tuple[str, str]:
     """GET /metrics asking for one format: the content type served and the page."""
     request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers={"Accept": accept})
@@ -257,6 +255,11 @@ def test_the_page_is_served_as_prometheus_text_and_as_openmetrics(program, expor
         assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
+@pytest.mark.parametrize("extra, said", [
+    ('[[metric]]\nname = "gone"\nkind = "count"\nbinary = "{program}"\nprobe = "no_such_function"\n',
+     "export.toml: metric 'gone': 'no_such_function': no such function"),
+    ('[[metric]]\nname = "broken"\nkind = \n', "not valid TOML: "),
+])
 def test_a_bad_config_leaves_nothing_in_the_kernel(program, exporters, tmp_path, tracefs_root, extra, said):
     """The first two metrics are good: the third's mistake is found before any probe is made."""
     config = write_config(tmp_path / "export.toml", program, extra.format(program=program))

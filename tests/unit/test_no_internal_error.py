@@ -116,12 +116,21 @@ def test_special_files_named_on_the_command_line_are_refused(special_files, argv
 @pytest.mark.parametrize("argv", [["--help"], ["--version"], ["count", "--help"], ["probe", "-h"],
                                   ["--snapshot", str(SNAPSHOT), "funcs", "vfs_*"],
                                   ["--snapshot", str(SNAPSHOT), "funcs", "--json", "vfs_*"],
-                                  ["--snapshot", str(SNAPSHOT), "doctor"]])
-def test_a_full_device_is_a_message_not_a_traceback(argv):
+                                  ["--snapshot", str(SNAPSHOT), "doctor"],
+                                  ["--snapshot", str(SNAPSHOT), "probe", "-F", "vfs_rea*"],
+                                  ["funcs", "-x", "{program}"], ["lines", "-x", "{program}", "work"],
+                                  ["vars", "-x", "{program}", "work"], ["probe", "-x", "{program}", "-L", "work"],
+                                  ["probe", "-x", "{program}", "-V", "work"], ["probe", "-x", "{program}", "-F"]])
+def test_a_full_device_is_a_message_not_a_traceback(struct_program, argv):
     """Output to /dev/full was exit 70, or a traceback (--help), or "Exception ignored" and exit 120 when
-    what was left in the buffer failed only at the interpreter's exit."""
+    what was left in the buffer failed only at the interpreter's exit. Every command that writes to
+    stdout without the kernel is here; tests/live has those that trace."""
+    assert_full_device_is_a_message([word.replace("{program}", str(struct_program)) for word in argv])
+
+
+def assert_full_device_is_a_message(argv: list[str], timeout: float = 60) -> None:
     with open("/dev/full", "w") as full:
-        result = cli(*argv, stdout=full)
+        result = cli(*argv, stdout=full, timeout=timeout)
     assert_clean(result, "kprobe-tui: cannot write output: No space left on device")
     assert result.returncode == 2
 
