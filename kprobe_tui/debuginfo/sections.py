@@ -41,6 +41,7 @@ EM_X86_64 = 62
 # 1 GiB leaves room for bigger kernels and still refuses a header that claims gigabytes.
 MAX_SECTION_ENV = "KPROBE_TUI_MAX_SECTION_MB"
 DEFAULT_MAX_SECTION_MB = 1024
+ZSTD_CHUNK = 16 << 20  # what a zstd section is inflated by at a time: a claim is no reason to allocate
 # x86-64 relocation types found in debug sections: (struct format of the field, pc-relative)
 R_X86_64 = {1: ("Q", False), 2: ("i", True), 10: ("I", False), 11: ("i", False), 24: ("q", True)}  # 64, PC32, 32, 32S, PC64
 
@@ -250,12 +251,17 @@ def _zstd_decompress(body: bytes, limit: int, path: Path, name: str) -> bytes:
             f"or decompress the file: objcopy --decompress-debug-sections {path} OUT",
         ) from None
     # streamed: decompress() would allocate whatever size the frame header states; several frames
-    # are read as one, as libelf's ZSTD_decompress does
+    # are read as one, as libelf's ZSTD_decompress does. In chunks: read(n) allocates n bytes before
+    # it inflates any (1000 MiB for a 100-byte stream under a 1000 MiB claim).
+    chunks: list[bytes] = []
     try:
         with zstandard.ZstdDecompressor().stream_reader(body, read_across_frames=True) as reader:
-            return reader.read(limit)
+            while limit > 0 and (chunk := reader.read(min(limit, ZSTD_CHUNK))):
+                chunks.append(chunk)
+                limit -= len(chunk)
     except zstandard.ZstdError as exc:
         raise _not_compressed_data(path, name, "zstd", exc) from None
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _not_compressed_data(path: Path, name: str, method: str, detail: object) -> UserError:

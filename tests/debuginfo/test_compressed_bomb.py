@@ -34,6 +34,7 @@ from kprobe_tui.debuginfo.sections import (
     inflate,
 )
 from kprobe_tui.errors import UserError
+from tests.memory_bound import memory_bound
 
 PROJECT = Path(__file__).resolve().parents[2]
 SOURCE = r"""
@@ -214,3 +215,12 @@ def test_a_section_shorter_than_its_compression_header_is_a_damaged_file(is64):
     """Found by tests/property: a few bytes with the compressed flag raised struct.error (an internal error)."""
     with pytest.raises(UserError, match="shorter than its compression header"):
         inflate(b"\x01\x00", is64, "<", Path("tz.o"), ".debug_info")
+
+
+@pytest.mark.parametrize("kind", [ELFCOMPRESS_ZLIB, ELFCOMPRESS_ZSTD])
+def test_a_small_stream_under_a_large_claim_takes_memory_for_what_it_inflates_to(kind):
+    """A 1000 MiB claim (within the bound) over a 100-byte stream: zstd's reader.read(limit) allocated
+    the whole claim up front, a MemoryError (exit 70) under any address-space limit (ulimit -v) below it."""
+    section = chdr(kind, 1000 << 20) + compress(kind, [b"x" * 100])
+    with memory_bound(256 << 20), pytest.raises(UserError, match="inflates to only 100 bytes, its header says"):
+        inflate(section, True, "<", Path("big.o"), ".debug_str")
