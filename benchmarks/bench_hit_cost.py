@@ -14,7 +14,7 @@ Run in a guest (kprobes, bpftrace and hist triggers are there; this machine has 
     python tests/kernel/harness.py shell debian-6.1 -- python3 benchmarks/bench_hit_cost.py
     python tests/kernel/harness.py shell debian-6.12 -- python3 benchmarks/bench_hit_cost.py
 
-``--only latency`` (repeatable) asks one question, ``--engine kernel`` runs one of ours, ``--baseline DIR``
+``--only latency`` (repeatable) asks one question, ``--engine bpf`` (or hist, user) runs one of ours, ``--baseline DIR``
 adds the kernel engine of another revision (``git archive REV | tar -x -C DIR``) in the same rounds; ``--blocks N``
 (200) blocks of 500 calls per loop, ``--rounds R`` (3) loops per tracer. Nanoseconds are an
 emulator's (TCG): compare the ratios.
@@ -98,7 +98,7 @@ QUESTIONS = {
     "count by comm": ("kprobe:vfs_read { @[comm] = count(); }", ["count", "vfs_read", "--by", "comm"]),
     "hist of count": ("kprobe:vfs_read { @ = hist(arg2); }", ["hist", "vfs_read", "count"]),
 }
-ENGINES = ("kernel", "user")
+ENGINES = ("bpf", "hist", "user")  # our BPF programs, hist triggers, our trace instance read here
 
 
 def build(directory: Path) -> Path:
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--blocks", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", action="append", choices=sorted(QUESTIONS))
-    parser.add_argument("--engine", action="append", choices=ENGINES, help="ours to run (default: both)")
+    parser.add_argument("--engine", action="append", choices=ENGINES, help="ours to run (default: all three)")
     parser.add_argument("--baseline", type=Path, metavar="DIR",
                         help="another revision's tree (git archive REV | tar -x -C DIR): its kernel engine runs beside ours")
     args = parser.parse_args(argv)

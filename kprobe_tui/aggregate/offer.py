@@ -6,6 +6,9 @@ hist triggers (``CONFIG_HIST_TRIGGERS``, >= 4.7) are in README's trigger list; s
 latency triggers need for ``lat+1``, have README's ``numeric_literal``; ``kprobe_profile`` and
 ``uprobe_profile`` count hits of every probe with no event at all.
 
+The BPF engine (``bpf_engine``) is preferred where it can say the question: it costs the traced
+system what bpftrace's program does, a hist trigger about 2.3x that (benchmarks/bench_hit_cost.py).
+
 Latency keyed by comm needs no ``common_pid.execname`` passed into the synthetic event (>= 5.15):
 the synthetic event is generated on the returning thread, so its own ``common_pid.execname`` is
 the caller's comm, on any kernel with synthetic events.
@@ -19,7 +22,7 @@ from kprobe_tui.aggregate.model import Aggregation
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.tracefs import Tracefs
 
-ENGINES = ("auto", "kernel", "user")
+ENGINES = ("auto", "kernel", "bpf", "hist", "user")
 
 
 @dataclass(frozen=True)
@@ -30,12 +33,8 @@ class KernelOffer:
     kprobe_profile: bool
     uprobe_profile: bool
 
-    def missing_for(self, aggregation: Aggregation, profile_only: bool, uprobes: bool) -> str | None:
-        """Why the kernel engine cannot run this aggregation here, or None when it can."""
-        if profile_only:
-            name = "uprobe_profile" if uprobes else "kprobe_profile"
-            if getattr(self, name):
-                return None
+    def missing_for(self, aggregation: Aggregation) -> str | None:
+        """Why hist triggers cannot run this aggregation here, or None when they can."""
         if not self.hist_triggers:
             return ("this kernel has no hist triggers (its tracefs README lists none: CONFIG_HIST_TRIGGERS is off)")
         if aggregation.kind == "latency":
@@ -61,33 +60,43 @@ def detect(top: Tracefs) -> KernelOffer:
 @dataclass(frozen=True)
 class Choice:
     engine: str  # "kernel" or "user"
-    method: str  # "hist" (hist triggers), "profile" (kprobe_profile/uprobe_profile), "stream" (our instance)
+    method: str  # "bpf" (our programs), "hist" (hist triggers), "profile" (kprobe_profile/uprobe_profile), "stream"
     reason: str
 
 
 def choose(requested: str, aggregation: Aggregation, offer: KernelOffer, *, profile_only: bool, uprobes: bool,
-           filter_refusal: str | None) -> Choice:
-    """The engine for a run: the kernel's whenever it can say the whole question, else user space.
+           filter_refusal: str | None, bpf_refusal: str | None = "") -> Choice:
+    """The engine for a run: the kernel's whenever it can say the whole question (the profile files, else our
+    BPF programs, else hist triggers), else user space.
 
     ``profile_only``: plain hit counts per probe with no filter, which the profile files answer.
     ``filter_refusal``: why the kernel's filter language cannot say the filter (None: it can).
+    ``bpf_refusal``: why the BPF engine cannot run this question (None: it can; "": not one it answers).
     """
     if requested not in ENGINES:
         raise UserError(f"--engine {requested}: one of {', '.join(ENGINES)}")
     if requested == "user":
         return Choice("user", "stream", "asked for (--engine user): events are read from our trace instance "
                                         "and aggregated here")
-    missing = offer.missing_for(aggregation, profile_only, uprobes)
+    profile = "uprobe_profile" if uprobes else "kprobe_profile"
+    if requested in ("auto", "kernel") and profile_only and getattr(offer, profile):
+        return Choice("kernel", "profile", f"{profile} counts every hit in the kernel: no event is recorded "
+                                           "or copied (hits of kprobe-tui itself are counted too)")
+    if requested == "bpf" and bpf_refusal is not None:
+        raise UserError(f"--engine bpf: {bpf_refusal or 'not a question the BPF engine answers'}",
+                        "use --engine hist, user or auto")
+    if requested in ("auto", "kernel", "bpf") and bpf_refusal is None:
+        return Choice("kernel", "bpf", "a BPF program of ours on each probe counts its hits in the kernel: no event "
+                                       "is recorded and no trigger runs; user space reads the map once per interval")
+    missing = offer.missing_for(aggregation)
     if missing is None and filter_refusal:
         missing = f"the kernel cannot apply the filter ({filter_refusal})"
     if missing is None:
-        if profile_only and (offer.uprobe_profile if uprobes else offer.kprobe_profile):
-            name = "uprobe_profile" if uprobes else "kprobe_profile"
-            return Choice("kernel", "profile", f"{name} counts every hit in the kernel: no event is recorded "
-                                               "or copied (hits of kprobe-tui itself are counted too)")
         what = ("hist triggers and a synthetic event" if aggregation.kind == "latency" else "hist triggers")
         return Choice("kernel", "hist", f"{what} aggregate in the kernel; user space reads each hist file "
-                                        "once per interval")
-    if requested == "kernel":
-        raise UserError(f"--engine kernel: {missing}", "use --engine user (or auto)")
-    return Choice("user", "stream", f"{missing}: events are read from our trace instance and aggregated here")
+                                        "once per interval" + (f" ({bpf_refusal})" if bpf_refusal and requested != "hist" else ""))
+    if requested in ("kernel", "hist"):
+        raise UserError(f"--engine {requested}: {missing}" + (f"; and {bpf_refusal}" if bpf_refusal and requested == "kernel" else ""),
+                        "use --engine user (or auto)")
+    return Choice("user", "stream", f"{missing}" + (f" and {bpf_refusal}" if bpf_refusal else "")
+                  + ": events are read from our trace instance and aggregated here")

@@ -15,6 +15,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
+from kprobe_tui.aggregate import bpf_engine
+from kprobe_tui.aggregate.bpf_engine import BpfEngine
 from kprobe_tui.aggregate.kernel_engine import KernelHistEngine, ProfileEngine
 from kprobe_tui.aggregate.model import Aggregation
 from kprobe_tui.aggregate.offer import Choice, KernelOffer, choose, detect
@@ -24,6 +26,7 @@ from kprobe_tui.aggregate.targets import Targets
 from kprobe_tui.aggregate.user_engine import StudentEngine, UserEngine
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import access
+from kprobe_tui.kernel.bpf import BpfError
 from kprobe_tui.kernel.events import DynamicEvent, Events
 from kprobe_tui.kernel.profile import read_hits
 from kprobe_tui.kernel.tracefs import KernelRefused, Tracefs
@@ -43,7 +46,7 @@ class Sample:
         return self.interval.count / self.interval.seconds if self.interval.seconds > 0 else 0.0
 
 
-Engine = KernelHistEngine | ProfileEngine | UserEngine | StudentEngine
+Engine = BpfEngine | KernelHistEngine | ProfileEngine | UserEngine | StudentEngine
 
 
 class RunEngine(Protocol):
@@ -79,6 +82,7 @@ class ProbeRun(Generic[EngineT]):
         self._events = Events(top)
         self._created: list[DynamicEvent] = []
         self._kernel_filters: dict[str, str] = {}  # event -> the part of the filter its trigger applies
+        self._bpf_refused = ""  # why the kernel would not run our BPF programs, once it has refused them
         self._started = self._last = 0.0
         self._lock = threading.Lock()
         self._running = False
@@ -90,27 +94,41 @@ class ProbeRun(Generic[EngineT]):
         try:
             if not self.existing:
                 self._create_probes()
-            self.choice = choice = self._choose()
-            self.engine = engine = self._engine(choice)
-            try:
-                engine.start()
-            except KernelRefused as refused:
-                # What README and the files promise, a kernel may still refuse (a synthetic event's string
-                # field on an old kernel, a config without something): then auto falls back, saying why.
-                engine.stop()
-                if self.requested != "auto" or choice.engine != "kernel":
-                    raise
-                why = refused.log.message if refused.log else refused.message
-                self.choice = choice = Choice("user", "stream", f"the kernel refused a trigger ({why}): events are "
-                                                                "read from our trace instance and aggregated here")
-                self.engine = engine = self._engine(choice)
-                engine.start()
+            self.choice = self._choose()
+            self._start_engine()
         except BaseException:
             self._remove_probes()
             raise
         self._started = self._last = time.time()
         self._running = True
+        choice, _ = self._running_engine()
         return choice
+
+    def _start_engine(self) -> None:
+        """Start the chosen engine; where the kernel refuses what auto chose, the next one, saying why."""
+        choice = self.choice
+        assert choice is not None, "_choose() comes first"
+        self.engine = engine = self._engine(choice)
+        try:
+            engine.start()
+        except BpfError as refused:
+            engine.stop()
+            if self.requested == "bpf":
+                raise UserError(f"--engine bpf: {refused}", "use --engine hist, user or auto") from None
+            self._bpf_refused = f"the kernel refused our BPF program: {refused}"
+            self.choice = self._choose()
+            self._start_engine()
+        except KernelRefused as refused:
+            # What README and the files promise, a kernel may still refuse (a synthetic event's string
+            # field on an old kernel, a config without something): then auto falls back, saying why.
+            engine.stop()
+            if self.requested != "auto" or choice.engine != "kernel":
+                raise
+            why = refused.log.message if refused.log else refused.message
+            self.choice = choice = Choice("user", "stream", f"the kernel refused a trigger ({why}): events are "
+                                                            "read from our trace instance and aggregated here")
+            self.engine = engine = self._engine(choice)
+            engine.start()
 
     def _create_probes(self) -> None:
         kept = []
@@ -201,13 +219,17 @@ class AggregationRun(ProbeRun[Engine]):
         offer = self.offer
         if profile_only and len(kinds) > 1 and not (offer.kprobe_profile and offer.uprobe_profile):
             profile_only = False
-        return choose(self.requested, self.aggregation, offer, profile_only=profile_only,
-                      uprobes=True in kinds, filter_refusal=self._plan_filter())
+        bpf_refusal = self._bpf_refused or bpf_engine.unfit(self.aggregation, self.targets.items,
+                                                            self.targets.arguments, self.filter_text)
+        return choose(self.requested, self.aggregation, offer, profile_only=profile_only, uprobes=True in kinds,
+                      filter_refusal=self._plan_filter(), bpf_refusal=bpf_refusal)
 
     def _engine(self, choice: Choice) -> Engine:
         items, arguments = self.targets.items, self.targets.arguments
         if choice.method == "profile":
             return ProfileEngine(self.top, self.aggregation, items)
+        if choice.method == "bpf":
+            return BpfEngine(self.top, self.aggregation, items, arguments)
         if choice.method == "hist":
             return KernelHistEngine(self.top, self.aggregation, items, arguments, self._conditions())
         if choice.method == "perf":

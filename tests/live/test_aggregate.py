@@ -1,7 +1,8 @@
 """count, hist and latency on this machine's uprobes: exact answers from a program with known behaviour.
 
-This kernel has no hist triggers, so these run the user-space engine (and ``uprobe_profile`` for plain
-counts per probe); tests/kernel/test_aggregate_guest.py runs the kernel engine on the same program.
+This kernel has no hist triggers, so these run the BPF engine where it can say the question, else the
+user-space engine (and ``uprobe_profile`` for plain counts per probe); tests/live/test_bpf_engine.py sets the
+two side by side, tests/kernel/test_aggregate_guest.py runs the hist triggers on the same program.
 """
 
 from __future__ import annotations
@@ -57,11 +58,11 @@ def start(clean, *args: str) -> Aggregation:
 def test_counts_per_comm_captured_at_the_hit(program, clean):
     """The program renames itself half way: the probe's own $comm counts each half under its name."""
     run = start(clean, "count", "-x", str(program), "work", "--by", "comm")
-    assert "user engine: this kernel has no hist triggers" in run.engine_line
+    assert "kernel engine: a BPF program of ours" in run.engine_line
     run_workload(program, "values", "100")
     record = run.final()
     assert counts(record, "comm") == {"kpt-alpha": 50, "kpt beta-2": 50}
-    assert record["engine"] == "user" and record["count"] == 100 and record["end"] > record["start"]
+    assert record["engine"] == "kernel" and record["count"] == 100 and record["end"] > record["start"]
 
 
 def test_counts_per_port_in_network_byte_order_and_a_filter_on_it(program, clean):
@@ -144,10 +145,10 @@ def test_text_output_is_bpftrace_layout(program, clean):
     assert "count 100, avg 250.0, min -200, max 700, sum 25000" in out
 
 
-def test_the_kernel_engine_is_refused_with_the_reason(program):
+def test_the_hist_engine_is_refused_with_the_reason(program):
     result = subprocess.run([sys.executable, "-m", "kprobe_tui", "count", "-x", str(program), "work", "--by", "comm",
-                             "--engine", "kernel", "-d", "1"], cwd=PROJECT, capture_output=True, text=True)
-    assert result.returncode == 2 and "--engine kernel: this kernel has no hist triggers" in result.stderr
+                             "--engine", "hist", "-d", "1"], cwd=PROJECT, capture_output=True, text=True)
+    assert result.returncode == 2 and "--engine hist: this kernel has no hist triggers" in result.stderr
     assert "use --engine user" in result.stderr and "Traceback" not in result.stderr
 
 
@@ -159,13 +160,16 @@ def test_a_signal_removes_everything(program, tracefs_root, signum, clean):
     assert run.returncode == -signum
 
 
-def test_sigkill_then_cleanup_removes_everything(program, tracefs_root, clean):
-    run = start(clean, "count", "-x", str(program), "work", "--by", "comm")
+@pytest.mark.parametrize("engine", ["user", "bpf"])
+def test_sigkill_then_cleanup_removes_everything(program, tracefs_root, clean, engine):
+    """The user-space engine leaves its instance and probes; the BPF engine its probes (its programs go with
+    the process)."""
+    run = start(clean, "count", "-x", str(program), "work", "--by", "comm", "--engine", engine)
     run.finish(signal.SIGKILL)
     assert leftovers(tracefs_root, run.name)
     result = subprocess.run([sys.executable, "-m", "kprobe_tui", "cleanup"], cwd=PROJECT, capture_output=True, text=True)
-    assert result.returncode == 0 and f"removed instance {run.name}__agg1" in result.stdout, result.stdout + result.stderr
-    assert f"removed {run.name}/work" in result.stdout
+    assert result.returncode == 0 and f"removed {run.name}/work" in result.stdout, result.stdout + result.stderr
+    assert (f"removed instance {run.name}__agg1" in result.stdout) == (engine == "user")
 
 
 def test_tail_takes_network_byte_order_filters_down_to_the_kernel(program, tracefs_root):
@@ -214,7 +218,7 @@ def test_a_run_in_process_cleans_up_after_itself(program, tracefs_root):
     targets = TargetBuilder(kernel, top.read("README"), lifetime.run_name(), binary=str(program)).counting(
         ["work"], model, "")
     run = AggregationRun(top, model, targets)
-    assert run.start().engine == "user"
+    assert run.start().method == "bpf"
     try:
         first = run.sample()
         run_workload(program, "values", "20")

@@ -80,7 +80,7 @@ def metric(body: str) -> str:
     (metric('kind = "latency"\nprobe = "w"\nby = ["len"]'), "cfg: metric 'm': latency is keyed by comm or pid"),
     (metric('kind = "latency"\nprobe = "w"\nunit = "s"'), "cfg: metric 'm': unit = 's': not one of ns, us, ms"),
     (metric('kind = "count"\nprobe = "w"\nfilter = "len >"'), "cfg: metric 'm': "),
-    (metric('kind = "count"\nprobe = "w"\nengine = "gpu"'), "engine = 'gpu': not one of auto, kernel, user"),
+    (metric('kind = "count"\nprobe = "w"\nengine = "gpu"'), "engine = 'gpu': not one of auto, kernel, bpf, hist, user"),
     (metric('kind = "count"\nprobe = "w"\nbinary = 1'), "cfg: metric 'm': binary = 1: must be a string"),
     (metric('kind = "count"\nprobe = "w"') + '[[metric]]\nname = "m_total"\nkind = "count"\nprobe = "w"\n',
      "metrics 'm' and 'm_total' would both be exposed as 'm'"),
