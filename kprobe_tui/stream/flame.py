@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from functools import partial
 from itertools import accumulate, chain, compress, islice, repeat
 from itertools import count as counter
 from operator import add, ne
@@ -57,35 +58,39 @@ class FlameLayout:
         self._lowered: list[str] | None = None
 
     def _lay_out(self, stacks: StackCounts) -> None:
-        """flamegraph.pl's ``flow``: along the sorted stacks, a stack's frames that it does not share with the
-        one before it begin at the running total. Each step is a C loop over a row slice (``any(map(...))``):
-        a loop per frame in Python took 85 ms for 10k stacks on a 2-core VM, this takes NN ms."""
-        deepest = max((len(stack) for stack, count in stacks.items() if count > 0), default=0)
-        names: list[list[str]] = [[ROOT_NAME]] + [[] for _ in range(deepest)]
-        starts: list[list[int]] = [[0]] + [[] for _ in range(deepest)]
-        parents: list[list[int]] = [[0]] + [[] for _ in range(deepest)]  # one past the parent's index in its row
+        """flamegraph.pl's ``flow``: along the sorted stacks, the frames a stack does not share with the one
+        before it begin where it begins (the running total). The pass over the stacks notes only which stack
+        each frame begins at; the rows are made from that by C loops (``map``). 10k stacks of 16 frames, on
+        a loaded 2-core VM: 35-53 ms of CPU, against 42-63 ms appending each frame's fields in the pass."""
+        order = sorted([stack for stack, count in stacks.items() if count > 0])
+        deepest = max(map(len, order), default=0)
+        begins: list[list[int]] = [[-1]] + [[] for _ in range(deepest)]  # per depth: the stack each frame begins at
         previous: tuple[str, ...] = ()
-        at = 0
-        for stack, count in sorted(item for item in stacks.items() if item[1] > 0):
+        for index, stack in enumerate(order):
             # how many frames it shares with the stack before: where the first differs, found in C
             shared = next(compress(counter(), map(ne, stack, previous)), min(len(stack), len(previous)))
-            below = slice(shared + 1, len(stack) + 1)
-            any(map(list.append, names[below], stack[shared:]))
-            any(map(list.append, parents[below], map(len, names[shared:len(stack)])))  # the row above's last
-            any(map(list.append, starts[below], repeat(at)))
+            for depth in range(shared + 1, len(stack) + 1):
+                begins[depth].append(index)
             previous = stack
-            at += count
-        self.offsets = list(accumulate(map(len, names), initial=0))
-        self.names = list(chain.from_iterable(names))
-        self.starts = list(chain.from_iterable(starts))
-        self.parents = [-1]
-        self.ends = [at]
+        at = list(accumulate(map(stacks.__getitem__, order), initial=0))  # where each stack begins
+        total = at[-1]
+        self.offsets = offsets = list(accumulate(map(len, begins), initial=0))
+        names, starts, ends, parents = self.names, self.starts, self.ends, self.parents
+        names.append(ROOT_NAME)
+        starts.append(0)
+        ends.append(total)
+        parents.append(-1)
         for depth in range(1, deepest + 1):
-            row_parents = list(map(add, parents[depth], repeat(self.offsets[depth - 1] - 1)))
-            self.parents += row_parents
+            row, above = begins[depth], begins[depth - 1]
+            names += [order[index][depth - 1] for index in row]
+            row_starts = list(map(at.__getitem__, row))
+            starts += row_starts
+            # the parent: the frame of the row above that began last, at this stack or before
+            row_parents = list(map(add, map(partial(bisect_right, above), row), repeat(offsets[depth - 1] - 1)))
+            parents += row_parents
             # a frame ends where the next in its row begins, or where its parent ends if that is sooner (a
             # stack sorts before those it is a prefix of: self time comes first, never between children)
-            self.ends += map(min, chain(islice(starts[depth], 1, None), [at]), map(self.ends.__getitem__, row_parents))
+            ends += map(min, chain(islice(row_starts, 1, None), [total]), map(ends.__getitem__, row_parents))
 
     @property
     def total(self) -> int:

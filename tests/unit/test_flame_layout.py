@@ -65,13 +65,32 @@ def brute_cells(layout: FlameLayout, depth: int, width: int, frame: int) -> list
     return cells
 
 
+def random_stacks(seed: int) -> dict[tuple[str, ...], int]:
+    rng = random.Random(seed)
+    return {tuple(rng.choice("fghi") for _ in range(rng.randint(0, 6))): rng.choice([0, 1, 1, 1, 2, 50, 400])
+            for _ in range(600)}
+
+
+def test_each_frame_counts_the_stacks_through_it_and_its_callees_are_in_name_order():
+    stacks = random_stacks(27)
+    layout = FlameLayout(stacks)
+    paths = spans(layout)
+    assert len(paths) == len(layout.names)
+    for path, (start, end) in paths.items():
+        assert end - start == sum(count for stack, count in stacks.items() if stack[:len(path)] == path), path
+    for frame in range(len(layout.names)):
+        callees = list(layout.children(frame))
+        assert [layout.names[c] for c in callees] == sorted(layout.names[c] for c in callees)
+        assert all(layout.parents[c] == frame for c in callees)
+        # self time first, then the callees back to back up to the frame's end
+        assert [layout.starts[c] for c in callees[1:]] == [layout.ends[c] for c in callees[:-1]]
+        assert not callees or layout.ends[callees[-1]] == layout.ends[frame]
+
+
 def test_cells_skip_only_what_would_not_show():
     """Narrow frames are skipped by bisection; a wide one after narrow ones in the same column still shows."""
     rng = random.Random(28)
-    names = ["f", "g", "h", "i"]
-    stacks = {tuple(rng.choice(names) for _ in range(rng.randint(1, 6))): rng.choice([1, 1, 1, 2, 50, 400])
-              for _ in range(600)}
-    layout = FlameLayout(stacks)
+    layout = FlameLayout(random_stacks(28))
     for width in (1, 7, 80, 161):
         for frame in [ROOT, *rng.sample(range(len(layout.names)), 20)]:
             zoom = layout.zoom(frame)

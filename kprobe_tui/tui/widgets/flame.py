@@ -71,12 +71,20 @@ class FlameView(ScrollView, can_focus=True):
 
     def __init__(self, flame: FlameLayout, **kwargs) -> None:
         super().__init__(**kwargs)
+        self.show(flame)
+
+    def show(self, flame: FlameLayout) -> None:
+        """Another data set: the whole graph, the cursor on ``all``."""
         self.flame = flame
         self.cursor = ROOT
         self.zooms: list[Zoom] = [flame.zoom()]  # the last is shown; escape goes back one
         self.matches: set[int] = set()
         self._cells: dict[int, list[Cell]] = {}  # by depth, for the current width and zoom
         self._cells_for: tuple[int, Zoom] | None = None
+        if self.is_mounted:
+            self.virtual_size = Size(0, flame.depth)
+            self.scroll_to(y=0, animate=False, immediate=True)
+            self.refresh()
 
     @property
     def zoomed(self) -> Zoom:
