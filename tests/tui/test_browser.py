@@ -148,9 +148,6 @@ async def test_enter_opens_the_source_of_a_user_function(tmp_path, monkeypatch):
 async def test_the_why_pane_shows_the_whole_reason_at_80x24():
     """The longest reasons (a freed __init function, a breakpoint-only one) wrap to the end within the pane
     at 80 columns: the last words are on screen, not cut mid-sentence."""
-    import html
-    import re
-
     from tests.tui.states import catalog_loaded, kernel_app
 
     app = kernel_app()
@@ -160,9 +157,30 @@ async def test_the_why_pane_shows_the_whole_reason_at_80x24():
             await pilot.press("slash", "ctrl+a", "ctrl+k", *name, "escape")
             await pilot.pause()
             await pilot.pause(0.2)
-            svg = app.export_screenshot()
-            lines = {}
-            for y, text in re.findall(r'<text[^>]*y="([\d.]+)"[^>]*>(.*?)</text>', svg):
-                lines[float(y)] = lines.get(float(y), "") + html.unescape(re.sub("<[^>]+>", "", text))
-            screen = "\n".join(lines[y].replace("\xa0", " ") for y in sorted(lines))
+            screen = _screen_text(app)
             assert last_words in screen, screen
+
+
+async def test_the_whole_kernels_count_is_on_screen_beside_the_filter():
+    """Unfiltered, a kernel's count (the 6.1 snapshot's 49,798) is whole beside the filter at 80 columns, not
+    cut to "substring ·"; room is kept for six digits (121k symbols in this host's 6.18)."""
+    from tests.tui.states import catalog_loaded, kernel_app
+
+    app = kernel_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await catalog_loaded(pilot)
+        await pilot.pause()
+        total = len(app.catalog.names)
+        assert f"substring · {total:,}/{total:,}" in _screen_text(app)
+
+
+def _screen_text(app) -> str:
+    """The screen as a person sees it, from the screenshot Textual exports (what fits is what is drawn)."""
+    import html
+    import re
+
+    svg = app.export_screenshot()
+    lines: dict[float, str] = {}
+    for y, text in re.findall(r'<text[^>]*y="([\d.]+)"[^>]*>(.*?)</text>', svg):
+        lines[float(y)] = lines.get(float(y), "") + html.unescape(re.sub("<[^>]+>", "", text))
+    return "\n".join(lines[y].replace("\xa0", " ") for y in sorted(lines))
