@@ -221,6 +221,22 @@ async def test_create_escape_create_makes_nothing_twice(prog, tracefs_root):
     assert uprobes_on(tracefs_root, prog) == before
 
 
+async def test_tab_from_args_reaches_the_filter_and_escape_goes_one_step_back(prog):
+    """Tab goes from what is captured to what is kept; Escape leaves a field for the buttons, where a letter
+    is a key again (not typed into Args), and a second Escape goes back to where the builder came from."""
+    app = app_for(prog)
+    async with app.run_test(size=(80, 24)) as pilot:
+        builder = await open_builder(pilot, "work")
+        assert builder.focused is builder.query_one("#args")
+        await pilot.press("tab")
+        assert builder.focused is builder.query_one("#filter")
+        await pilot.press("shift+tab", "escape", "x")
+        assert isinstance(builder.focused, Button) and app.screen is builder
+        assert builder.query_one("#args", Input).value == ""
+        await pilot.press("escape")
+        assert app.screen.query(FunctionList)  # back on the list the builder was opened from
+
+
 @pytest.mark.live
 async def test_pin_keeps_the_probe_in_the_persistent_group(prog, tracefs_root):
     before = uprobes_on(tracefs_root, prog)
