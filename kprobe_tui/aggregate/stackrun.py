@@ -206,8 +206,8 @@ class StackRun(ProbeRun[StackEngine]):
             raise UserError(f"the kernel cannot apply the filter ({refusal})",
                             "counting stacks takes a filter the kernel can say (fields compared with constants)")
         if self.targets.uprobes:
-            if self.requested == "kernel":
-                raise UserError("--engine kernel: hist triggers key kernel stacks only; a uprobe's stack is the program's",
+            if self.requested not in ("auto", "user"):
+                raise UserError(f"--engine {self.requested}: kernel tables key kernel stacks only; a uprobe's stack is the program's",
                                 "use --engine user (or auto)")
             return Choice("user", "stream", "a uprobe's stack is the program's, which no kernel table keys: the kernel "
                                             "prints each hit's user stack (userstacktrace) and it is counted here")
