@@ -49,7 +49,9 @@ HELP: dict[str, tuple[str, str]] = {  # screen class -> (title, what it is for)
         "Events",
         ("The live events of this run's probes, read in kprobe-tui's own trace instance. / filters "
          '(comm == "sshd" && len > 100 || event ~ "tcp_*"; pushed to the kernel where it can be), p pauses, '
-         "Enter shows one event whole, s its kernel stack, End follows the newest, x and X export."),
+         "Enter shows one event whole, s its kernel stack, End follows the newest, x and X export. A probe "
+         "of a source line shows as the line (work:3), whichever of its addresses fired; its event name, "
+         "which a filter's event field matches, is in the detail."),
     ),
     "ProbesScreen": (
         "Probes",
