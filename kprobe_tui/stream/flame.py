@@ -171,8 +171,15 @@ class FlameLayout:
         return {frame for frame, name in enumerate(self._lowered) if needle in name and frame != ROOT}
 
     def matched_count(self, frames: set[int]) -> int:
-        """The count under ``frames``, each counted once (a match inside a match adds nothing)."""
-        return sum(self.count(frame) for frame in frames if not any(a in frames for a in self.ancestors(frame)[:-1]))
+        """The count under ``frames``, each counted once (a match inside a match adds nothing). Spans nest or
+        are apart, so by start (a caller before its callee: frames are numbered row by row) a frame inside
+        one counted already starts before that one's end."""
+        total, counted_to = 0, 0
+        for frame in sorted(frames, key=lambda frame: (self.starts[frame], frame)):
+            if self.starts[frame] >= counted_to:
+                total += self.count(frame)
+                counted_to = self.ends[frame]
+        return total
 
 
 def parse_folded(text: str, origin: str) -> StackCounts:

@@ -213,3 +213,11 @@ def test_every_row_fills_the_width_exactly(width):
             cells = flame.cells(depth, width, zoom)
             assert all(a.end <= b.first for a, b in zip(cells, cells[1:]))
             assert all(0 <= cell.first < cell.end <= width for cell in cells)
+
+
+async def test_no_stacks_yet_is_an_empty_graph_every_key_still_works():
+    screen, app = guest_screen({("never",): 0})
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("down", "right", "enter", "s", "slash", "a", "enter", "escape")
+        assert status(screen).startswith("all · 0 (0.0% of all)")
+        assert app.asked == ["back"]

@@ -107,6 +107,14 @@ def test_search_and_matched_count():
     assert layout.matches("") == set()
 
 
+def test_matched_count_counts_each_stack_once():
+    stacks = random_stacks(29)
+    layout = FlameLayout(stacks)
+    for text in ("f", "g", "h", "i", "x"):
+        expected = sum(count for stack, count in stacks.items() if text in stack)
+        assert layout.matched_count(layout.matches(text)) == expected, text
+
+
 def test_share():
     layout = FlameLayout(STACKS)
     a = layout.row(1)[0]

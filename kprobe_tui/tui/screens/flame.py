@@ -90,8 +90,7 @@ class FlameScreen(Screen):
         if zoom != ROOT:
             text += f", {flame.share(frame, zoom):.1%} of {flame.names[zoom][:STATUS_NAME]}"
         self.query_one("#flame-status", Static).update(plain(text + ")"))
-        matched = flame.matched_count(view.matches)
-        note = f"{len(view.matches):,} frames, {matched / flame.total:.1%}" if view.matches and flame.total else ""
+        note = f"{len(view.matches):,} frames, {view.matched / flame.total:.1%}" if view.matches and flame.total else ""
         self.query_one(FilterBar).note(note)
 
     @on(FlameView.Changed)

@@ -79,6 +79,7 @@ class FlameView(ScrollView, can_focus=True):
         self.cursor = ROOT
         self.zooms: list[Zoom] = [flame.zoom()]  # the last is shown; escape goes back one
         self.matches: set[int] = set()
+        self.matched = 0  # the count under the matches (each once)
         self._cells: dict[int, list[Cell]] = {}  # by depth, for the current width and zoom
         self._cells_for: tuple[int, Zoom] | None = None
         if self.is_mounted:
@@ -196,5 +197,6 @@ class FlameView(ScrollView, can_focus=True):
     def search(self, text: str) -> None:
         """Frames whose name holds ``text`` stand out; an empty text clears it."""
         self.matches = self.flame.matches(text)
+        self.matched = self.flame.matched_count(self.matches)
         self.refresh()
         self.post_message(self.Changed())
