@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kprobe_tui.aggregate.stackrun import kernel_stack_key
 from kprobe_tui.commands.count import stack_keys
@@ -150,3 +152,18 @@ def test_a_stack_is_keyed_alone_or_with_comm(by):
     assert stack_keys("stack,comm") == ("stack", "comm") and stack_keys("comm") == ()
     with pytest.raises(UserError, match="keyed alone or with comm"):
         stack_keys(by)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.data())
+def test_any_mutation_of_a_hist_file_or_a_stack_in_the_stream_parses_or_is_counted_never_raised(data):
+    text = HIST_612
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(text)))
+        text = text[:at] + data.draw(st.text(alphabet="{}, :\n0123456789x+/abc[]hitcount", max_size=12)) + text[at + 2:]
+    table = StackTable(limit=3)
+    parse_hist_stacks(text, table, comm_key="kptui_comm", probed="vfs_read")
+    assert len(table.counts) <= 3
+    parser = LineParser()
+    for event in parser.feed(text.replace("         ", " => ").splitlines()) + parser.flush():
+        add_event_stack(table, event.stack)
