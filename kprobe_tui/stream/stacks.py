@@ -36,7 +36,7 @@ def max_stacks() -> int:
     text = os.environ.get(MAX_STACKS_ENV, "").strip()
     if not text:
         return DEFAULT_MAX_STACKS
-    if not text.isdigit() or int(text) == 0:
+    if not re.fullmatch(r"[0-9]{1,9}", text) or int(text) == 0:  # int() refuses "²" and 4300 digits
         raise UserError(f"{MAX_STACKS_ENV}={text!r} is not a number of stacks",
                         f"set it to a whole number (the default is {DEFAULT_MAX_STACKS}), or unset it")
     return int(text)

@@ -116,9 +116,10 @@ def test_distinct_stacks_are_capped_and_the_hits_beyond_counted():
 def test_the_bound_comes_from_the_environment_and_a_bad_one_is_refused(monkeypatch):
     monkeypatch.setenv(MAX_STACKS_ENV, "50")
     assert max_stacks() == 50
-    monkeypatch.setenv(MAX_STACKS_ENV, "lots")
-    with pytest.raises(UserError, match=MAX_STACKS_ENV):
-        max_stacks()
+    for bad in ("lots", "0", "²", "9" * 5000):
+        monkeypatch.setenv(MAX_STACKS_ENV, bad)
+        with pytest.raises(UserError, match=MAX_STACKS_ENV):
+            max_stacks()
 
 
 def test_bpftrace_layout_folded_and_json():
