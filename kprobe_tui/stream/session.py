@@ -8,7 +8,6 @@ nothing written to tracefs); ``open_session`` gives each user the one it can hav
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -67,11 +66,10 @@ class TailSession:
             filterexpr.parse(filter_text)  # a bad filter fails before anything is made
         source = self._open()
         try:
-            # The binary pages only when asked for: with them a short-lived process's hits were shown as
-            # <...> in 4 of 5 runs of tests/tui/test_lab_walk.py (0 of 5 with the text), not yet explained.
-            binary = os.environ.get("KPROBE_TUI_READER") == "binary"
+            # The binary pages where the events' formats compile (choose_source), else the text, which
+            # KPROBE_TUI_READER=text asks for: 730k against 114k events a CPU-second (benchmarks/bench_stream.py).
             self.reader = StreamReader(self.instance, self.store, on_update, interval, on_events, source=source,
-                                       events=self.targets if binary else None)
+                                       events=self.targets)
             # Undo runs newest first: the reader lets go of trace_pipe before the instance is removed.
             self._reader_undo = lifetime.undo.push("trace_pipe reader", self.reader.stop)
             self.reader.start()
