@@ -158,8 +158,8 @@ def shared_event_notes(spec: ProbeSpec, probes: list[CompiledProbe]) -> list[str
         first, event = same[0], same[0].event
         offsets = ", ".join([f"{first.function}+{first.function_offset}", *(f"+{p.function_offset}" for p in same[1:])])
         notes.append(f"{spec.place_text()} is {len(same)} addresses ({offsets}): the compiler split it (a loop's "
-                     f"start, test and step; inlined or moved code). One event, {event}, fires at each: its rows "
-                     "and its count are the line's, the address is in each event's detail")
+                     f"start, test and step; inlined or moved code). One event, {event}, fires at each: the events "
+                     f"table and the count name it {spec.place_text()}, each event's detail the address that fired")
     return notes
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from unittest import mock
 
 from textual.pilot import Pilot
+from textual.widgets import Input
 
 from kprobe_tui.debuginfo.debuginfod import Progress
 from kprobe_tui.debuginfo.locate import KERNEL_PACKAGE_HINT, ElfSections
@@ -287,6 +288,8 @@ async def to_builder_line(pilot: Pilot) -> None:
     await settled(pilot)
     await pilot.press("n", "n", "enter")
     await settled(pilot)
+    # the compile outlasts a blink (0.5 s) with nothing typed since: the Args cursor was drawn or not, by chance
+    pilot.app.screen.query_one("#args", Input).cursor_blink = False
 
 
 async def to_doctor(pilot: Pilot) -> None:

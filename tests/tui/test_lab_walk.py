@@ -67,7 +67,7 @@ def test_the_lab_at_80x24_by_keys_and_clicks(terminal, tmp_path, lab, tracefs_ro
     loop = next(row for row, line in enumerate(screen().splitlines()) if "for (int i = 0; i < n; i++)" in line)
     terminal.click(screen().splitlines()[loop].index("3"), loop)
     terminal.wait(lambda: "work:3 is 4 addresses" in read(terminal), "the builder's note on the line's addresses")
-    assert re.search(r"Kind +line +▼ +3 ", screen()) and "One event, work_L3, fires at each" in read(terminal)
+    assert re.search(r"Kind +line +▼ +3 ", screen()) and "One event, work_L3, fires at each: the events table and the count name it work:3" in read(terminal)
     before = ours(tracefs_root, lab)
     terminal.click(*terminal.find(" Create "))
     terminal.wait(lambda: "following" in screen() and "starting" not in screen(), "the events screen records")
