@@ -104,7 +104,7 @@ async def measure(stacks: StackCounts, rounds: int) -> dict[str, tuple[float, fl
                  "reference: statistics table, a screen": median_ms(reference, rounds)}
         layout = FlameLayout(stacks)
         times["  of which the layout alone"] = median_ms(lambda: FlameLayout(stacks), rounds)
-        print(f"  {len(layout.names):,} frames in {layout.depth} rows")
+        print(f"  {len(layout.starts):,} frames in {layout.depth} rows")
         return times
 
 

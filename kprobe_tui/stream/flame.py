@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from functools import partial
-from itertools import accumulate, chain, compress, islice, repeat
+from itertools import accumulate, chain, compress
 from itertools import count as counter
-from operator import add, ne
+from operator import ne
 from typing import NamedTuple
 
 from kprobe_tui.errors import UserError
@@ -45,52 +44,59 @@ class Zoom:
 
 
 class FlameLayout:
-    """Frames numbered row by row (``all`` is 0, then depth 1 left to right, ...), as parallel lists: a
-    10k-stack graph has ~20k-150k frames, and objects would cost 5x the memory."""
+    """Frames numbered row by row (``all`` is 0, then depth 1 left to right, ...): their spans as two lists,
+    their names and callers found when asked (a 10k-stack graph has 20k-150k frames, and a screen shows a
+    few hundred: objects would cost 5x the memory, and names and callers as lists twice the time)."""
 
     def __init__(self, stacks: StackCounts) -> None:
-        self.names: list[str] = []
-        self.starts: list[int] = []
+        self.starts: list[int] = [0]
         self.ends: list[int] = []
-        self.parents: list[int] = []
         self.offsets: list[int] = []  # the first frame of each row, and one past the last row
+        self._order: list[tuple[str, ...]] = []  # the stacks, sorted
+        self._stack_of: list[int] = []  # per frame: the stack (in _order) it begins at
         self._lay_out(stacks)
         self._lowered: list[str] | None = None
 
     def _lay_out(self, stacks: StackCounts) -> None:
         """flamegraph.pl's ``flow``: along the sorted stacks, the frames a stack does not share with the one
-        before it begin where it begins (the running total). The pass over the stacks notes only which stack
-        each frame begins at; the rows are made from that by C loops (``map``). 10k stacks of 16 frames, on
-        a loaded 2-core VM: 35-53 ms of CPU, against 42-63 ms appending each frame's fields in the pass."""
-        order = sorted([stack for stack, count in stacks.items() if count > 0])
+        before it end where it begins (the running total), and its own begin there. The pass notes only
+        at which stack each frame begins and ends; the spans are made from that by C loops (``map``).
+        10k stacks of 16 frames on a loaded 2-core VM, in ms of CPU: 48-63 for 121k frames, 23 for 20k,
+        against 120 and 31 with every frame's name and caller in lists too."""
+        self._order = order = sorted([stack for stack, count in stacks.items() if count > 0])
         deepest = max(map(len, order), default=0)
-        begins: list[list[int]] = [[-1]] + [[] for _ in range(deepest)]  # per depth: the stack each frame begins at
+        begins: list[list[int]] = [[-1]] + [[] for _ in range(deepest)]  # per depth: the stacks its frames begin at
+        closes: list[list[int]] = [[] for _ in range(deepest + 1)]  # ... and end at (frames of a row end in order)
         previous: tuple[str, ...] = ()
         for index, stack in enumerate(order):
             # how many frames it shares with the stack before: where the first differs, found in C
             shared = next(compress(counter(), map(ne, stack, previous)), min(len(stack), len(previous)))
+            for depth in range(shared + 1, len(previous) + 1):
+                closes[depth].append(index)
             for depth in range(shared + 1, len(stack) + 1):
                 begins[depth].append(index)
             previous = stack
-        at = list(accumulate(map(stacks.__getitem__, order), initial=0))  # where each stack begins
-        total = at[-1]
-        self.offsets = offsets = list(accumulate(map(len, begins), initial=0))
-        names, starts, ends, parents = self.names, self.starts, self.ends, self.parents
-        names.append(ROOT_NAME)
-        starts.append(0)
-        ends.append(total)
-        parents.append(-1)
+        for depth in range(1, len(previous) + 1):
+            closes[depth].append(len(order))
+        at = list(accumulate(map(stacks.__getitem__, order), initial=0))  # where each stack begins; then the total
+        self.ends.append(at[-1])
         for depth in range(1, deepest + 1):
-            row, above = begins[depth], begins[depth - 1]
-            names += [order[index][depth - 1] for index in row]
-            row_starts = list(map(at.__getitem__, row))
-            starts += row_starts
-            # the parent: the frame of the row above that began last, at this stack or before
-            row_parents = list(map(add, map(partial(bisect_right, above), row), repeat(offsets[depth - 1] - 1)))
-            parents += row_parents
-            # a frame ends where the next in its row begins, or where its parent ends if that is sooner (a
-            # stack sorts before those it is a prefix of: self time comes first, never between children)
-            ends += map(min, chain(islice(row_starts, 1, None), [total]), map(ends.__getitem__, row_parents))
+            self.starts += map(at.__getitem__, begins[depth])
+            self.ends += map(at.__getitem__, closes[depth])
+        self.offsets = list(accumulate(map(len, begins), initial=0))
+        self._stack_of = list(chain.from_iterable(begins))
+
+    def name(self, frame: int) -> str:
+        if frame == ROOT:
+            return ROOT_NAME
+        return self._order[self._stack_of[frame]][self.depth_of(frame) - 1]
+
+    def parent(self, frame: int) -> int:
+        """The caller's frame (-1 for ``all``): the frame of the row above that starts last at or before this one."""
+        depth = self.depth_of(frame)
+        if depth == 0:
+            return -1
+        return bisect_right(self.starts, self.starts[frame], self.offsets[depth - 1], self.offsets[depth]) - 1
 
     @property
     def total(self) -> int:
@@ -121,7 +127,7 @@ class FlameLayout:
         line = []
         while frame >= 0:
             line.append(frame)
-            frame = self.parents[frame]
+            frame = self.parent(frame)
         return line[::-1]
 
     def children(self, frame: int) -> range:
@@ -143,7 +149,7 @@ class FlameLayout:
         if depth <= zoom.depth:
             frame = zoom.frame
             for _ in range(zoom.depth - depth):
-                frame = self.parents[frame]
+                frame = self.parent(frame)
             return [Cell(0, width, frame)]
         span = zoom.end - zoom.start
         starts, ends = self.starts, self.ends
@@ -165,8 +171,11 @@ class FlameLayout:
         """The frames whose name holds ``text`` (any case; ``all`` is no frame of the stacks): none for an empty text."""
         if not text:
             return set()
-        if self._lowered is None:
-            self._lowered = [name.lower() for name in self.names]
+        if self._lowered is None:  # every name, row by row: made at the first search
+            order, stack_of = self._order, self._stack_of
+            self._lowered = [ROOT_NAME]
+            for depth in range(1, self.depth):
+                self._lowered += [order[stack_of[frame]][depth - 1].lower() for frame in self.row(depth)]
         needle = text.lower()
         return {frame for frame, name in enumerate(self._lowered) if needle in name and frame != ROOT}
 

@@ -54,7 +54,7 @@ def status(screen: FlameScreen) -> str:
 
 
 def name(view: FlameView, frame: int) -> str:
-    return view.flame.names[frame]
+    return view.flame.name(frame)
 
 
 async def test_the_cursor_moves_across_callers_callees_and_siblings_and_a_click_selects():
@@ -99,7 +99,7 @@ async def test_enter_zooms_into_a_frame_and_escape_zooms_back_out_then_goes_back
             assert shown[row].startswith(name(view, frame)[: width - 1]), row
             assert [cell.frame for cell in view.row_cells(row)] == [frame]
         below = view.row_cells(depth + 1)
-        assert below and {flame.parents[cell.frame] for cell in below} == {chosen}
+        assert below and {flame.parent(cell.frame) for cell in below} == {chosen}
         assert f"of {name(view, chosen)})" in status(screen)
         await pilot.press("escape")
         assert view.zoomed.frame == ROOT and view.cursor == chosen

@@ -14,8 +14,8 @@ STACKS = {("a", "b", "c"): 3, ("a", "b"): 1, ("a", "d"): 4, ("e",): 2, ("a", "b"
 
 def spans(layout: FlameLayout) -> dict[tuple[str, ...], tuple[int, int]]:
     """Every frame by its path of names: (start, end)."""
-    return {tuple(layout.names[frame] for frame in layout.ancestors(frame)[1:]): (layout.starts[frame], layout.ends[frame])
-            for frame in range(len(layout.names))}
+    return {tuple(layout.name(frame) for frame in layout.ancestors(frame)[1:]): (layout.starts[frame], layout.ends[frame])
+            for frame in range(len(layout.starts))}
 
 
 def test_frames_are_merged_by_name_per_parent_sorted_by_name_self_time_first():
@@ -24,12 +24,12 @@ def test_frames_are_merged_by_name_per_parent_sorted_by_name_self_time_first():
     assert spans(layout) == {(): (0, 12), ("a",): (0, 10), ("a", "b"): (0, 6), ("a", "b", "c"): (1, 6),
                              ("a", "b", "c", "x"): (4, 6), ("a", "d"): (6, 10), ("e",): (10, 12)}
     assert layout.depth == 5
-    assert [layout.names[child] for child in layout.children(ROOT)] == ["a", "e"]
+    assert [layout.name(child) for child in layout.children(ROOT)] == ["a", "e"]
 
 
 def test_same_name_under_different_parents_are_different_frames():
     layout = FlameLayout({("a", "x"): 1, ("b", "x"): 1})
-    assert [layout.names[frame] for frame in layout.row(2)] == ["x", "x"]
+    assert [layout.name(frame) for frame in layout.row(2)] == ["x", "x"]
 
 
 def test_zero_and_empty_stacks():
@@ -42,12 +42,12 @@ def test_cells_at_the_root_and_zoomed():
     layout = FlameLayout(STACKS)
     root = layout.zoom()
     assert layout.cells(0, 12, root) == [Cell(0, 12, ROOT)]
-    assert [(cell.first, cell.end, layout.names[cell.frame]) for cell in layout.cells(1, 12, root)] == [(0, 10, "a"), (10, 12, "e")]
-    b = next(frame for frame in layout.row(2) if layout.names[frame] == "b")
+    assert [(cell.first, cell.end, layout.name(cell.frame)) for cell in layout.cells(1, 12, root)] == [(0, 10, "a"), (10, 12, "e")]
+    b = next(frame for frame in layout.row(2) if layout.name(frame) == "b")
     zoom = layout.zoom(b)
     # the ancestors take the full width above the zoomed frame; what is below scales to it
-    assert [layout.names[cell.frame] for depth in range(3) for cell in layout.cells(depth, 12, zoom)] == ["all", "a", "b"]
-    assert [(cell.first, cell.end, layout.names[cell.frame]) for cell in layout.cells(3, 12, zoom)] == [(2, 12, "c")]
+    assert [layout.name(cell.frame) for depth in range(3) for cell in layout.cells(depth, 12, zoom)] == ["all", "a", "b"]
+    assert [(cell.first, cell.end, layout.name(cell.frame)) for cell in layout.cells(3, 12, zoom)] == [(2, 12, "c")]
     assert [(cell.first, cell.end) for cell in layout.cells(4, 12, zoom)] == [(8, 12)]
 
 
@@ -75,13 +75,13 @@ def test_each_frame_counts_the_stacks_through_it_and_its_callees_are_in_name_ord
     stacks = random_stacks(27)
     layout = FlameLayout(stacks)
     paths = spans(layout)
-    assert len(paths) == len(layout.names)
+    assert len(paths) == len(layout.starts)
     for path, (start, end) in paths.items():
         assert end - start == sum(count for stack, count in stacks.items() if stack[:len(path)] == path), path
-    for frame in range(len(layout.names)):
+    for frame in range(len(layout.starts)):
         callees = list(layout.children(frame))
-        assert [layout.names[c] for c in callees] == sorted(layout.names[c] for c in callees)
-        assert all(layout.parents[c] == frame for c in callees)
+        assert [layout.name(c) for c in callees] == sorted(layout.name(c) for c in callees)
+        assert all(layout.parent(c) == frame for c in callees)
         # self time first, then the callees back to back up to the frame's end
         assert [layout.starts[c] for c in callees[1:]] == [layout.ends[c] for c in callees[:-1]]
         assert not callees or layout.ends[callees[-1]] == layout.ends[frame]
@@ -92,7 +92,7 @@ def test_cells_skip_only_what_would_not_show():
     rng = random.Random(28)
     layout = FlameLayout(random_stacks(28))
     for width in (1, 7, 80, 161):
-        for frame in [ROOT, *rng.sample(range(len(layout.names)), 20)]:
+        for frame in [ROOT, *rng.sample(range(len(layout.starts)), 20)]:
             zoom = layout.zoom(frame)
             for depth in range(zoom.depth + 1, layout.depth):
                 assert layout.cells(depth, width, zoom) == brute_cells(layout, depth, width, frame), (width, frame, depth)
@@ -101,7 +101,7 @@ def test_cells_skip_only_what_would_not_show():
 def test_search_and_matched_count():
     layout = FlameLayout(STACKS)
     found = layout.matches("B")
-    assert {layout.names[frame] for frame in found} == {"b"}
+    assert {layout.name(frame) for frame in found} == {"b"}
     both = layout.matches("a") | found  # a contains b: b's count is counted once
     assert layout.matched_count(both) == 10
     assert layout.matches("") == set()

@@ -84,11 +84,11 @@ class FlameScreen(Screen):
     def _status(self) -> None:
         view, flame = self.view, self.flame
         frame, zoom = view.cursor, view.zoomed.frame
-        name = flame.names[frame]
+        name = flame.name(frame)
         name = name if len(name) <= STATUS_NAME else name[:STATUS_NAME] + "…"
         text = f"{name} · {flame.count(frame):,} ({flame.share(frame):.1%} of all"
         if zoom != ROOT:
-            text += f", {flame.share(frame, zoom):.1%} of {flame.names[zoom][:STATUS_NAME]}"
+            text += f", {flame.share(frame, zoom):.1%} of {flame.name(zoom)[:STATUS_NAME]}"
         self.query_one("#flame-status", Static).update(plain(text + ")"))
         note = f"{len(view.matches):,} frames, {view.matched / flame.total:.1%}" if view.matches and flame.total else ""
         self.query_one(FilterBar).note(note)
@@ -113,7 +113,7 @@ class FlameScreen(Screen):
         self.set_focus(self.view)
 
     def action_source(self) -> None:
-        name = self.flame.names[self.view.cursor]
+        name = self.flame.name(self.view.cursor)
         function = frame_function(name) if self.view.cursor != ROOT else None
         if function is None:
             self.notify(printable(f"{name[:STATUS_NAME]} names no function: choose a frame of one"), severity="warning",

@@ -116,7 +116,7 @@ class FlameView(ScrollView, can_focus=True):
         for first, end, frame in self.row_cells(depth):
             if first > at:
                 segments.append(Segment(" " * (first - at), base))
-            name = self.flame.names[frame]
+            name = self.flame.name(frame)
             style = MATCH if frame in self.matches else frame_style(name)
             if frame == self.cursor:
                 style += CURSOR
@@ -154,7 +154,7 @@ class FlameView(ScrollView, can_focus=True):
             self.select(cells[at + direction].frame)
 
     def action_caller(self) -> None:
-        parent = self.flame.parents[self.cursor]
+        parent = self.flame.parent(self.cursor)
         if parent >= 0:
             self.select(parent)
 
