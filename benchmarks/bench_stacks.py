@@ -61,7 +61,7 @@ def bench(calls: int) -> None:
         assert final is not None, "the run was started"
         hits = sum(final.counts.values())
         per_million = spent / hits * 1e6 if hits else float("nan")
-        print(f"  {engine:<6} ({choice.method:<6}) {hits:>9,} hits in {len(final.counts)} stacks, {final.dropped:,} dropped  "
+        print(f"  {engine:<6} ({choice.method:<6}) {hits:>9,} hits in {len(final.counts)} stacks, {final.lost:,} lost  "
               f"user CPU {spent:6.2f} s = {per_million:7.2f} s per 1M hits ({hits / wall:>7,.0f} hits/s)", flush=True)
 
 

@@ -5,8 +5,8 @@ from 6.4: read from the tracefs README, which names the one it takes) and, by co
 own capture of ``$comm``. The user-space engine turns on the instance's ``stacktrace`` option and
 counts the `` => frame`` lines after each event. A uprobe's stack is the program's: the kernel keys
 no table by a user stack, so uprobes take the user-space engine with ``userstacktrace`` and
-``sym-userobj`` (frames as ``/path/prog[+0xOFFSET]``, the offset into the mapping). The kernel walks
-user stacks by frame pointers only: a program built without them gives one or two frames a stack.
+addresses named here (``UserFrames``). The kernel walks user stacks by frame pointers only: a program
+built without them gives its probed function and the caller we capture (``CALLER_ARGUMENT``), no more.
 """
 
 from __future__ import annotations
@@ -15,26 +15,31 @@ import bisect
 import os
 import re
 import threading
+import time
+from dataclasses import replace
 
 from kprobe_tui.aggregate.kernel_engine import BUFFER_KB as KERNEL_BUFFER_KB
 from kprobe_tui.aggregate.kernel_engine import _InstanceOwner
 from kprobe_tui.aggregate.model import Aggregation, Field
 from kprobe_tui.aggregate.offer import Choice, choose
 from kprobe_tui.aggregate.run import ProbeRun
-from kprobe_tui.aggregate.targets import COMM_ARGUMENT, Target, Targets
+from kprobe_tui.aggregate.targets import CALLER_ARGUMENT, COMM_ARGUMENT, Target, Targets
 from kprobe_tui.aggregate.triggers import Trigger
 from kprobe_tui.aggregate.user_engine import BUFFER_KB, InstanceReader
-from kprobe_tui.elf import ElfFile, NotElf
+from kprobe_tui.elf import ElfFile, NotElf, Segment
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.tracefs import Tracefs
 from kprobe_tui.stream.parser import Event, LineParser
 from kprobe_tui.stream.stacks import StackTable, add_event_stack, max_stacks, parse_hist_stacks
 
 STACK_KEY = "stack"
-# "/usr/bin/prog[+0x1139]": sym-userobj's frame, the offset into the mapping the address is in
-_USER_FRAME = re.compile(r"(?P<path>/.*)\[\+0x(?P<offset>[0-9a-f]{1,16})\]$")
-PAGE = 4096
+_USER_ADDRESS = re.compile(r"<([0-9a-f]{1,16})>")  # a user frame: " => <0000560eb36cf139>"
+# "55d0c8a4b000-55d0c8a4c000 r-xp 00001000 fd:01 1234   /usr/bin/prog": file mappings only
+_MAPS_LINE = re.compile(r"([0-9a-f]{1,16})-([0-9a-f]{1,16}) \S+ ([0-9a-f]{1,16}) \S+ [1-9]\d* +(/.*)$")
 MAX_PROGRAMS = 64  # programs and libraries whose symbols are kept while a run lasts
+MAX_PROCESSES = 1024  # processes whose maps are kept
+MAX_NAMES = 100_000  # (pid, address) -> name answers kept
+MAX_MAPS_BYTES = 1 << 22
 STT_FUNC = 2
 # The kernel's largest hist table (TRACING_MAP_BITS_MAX: 2^17 entries); it rounds a size up to a power of
 # two and allocates every entry up front: a stack key is 16 frames of 8 bytes, so 10k stacks cost ~3 MB.
@@ -48,58 +53,94 @@ def kernel_stack_key(readme: str) -> str:
     return "common_stacktrace" if "'common_stacktrace'" in readme else "stacktrace"
 
 
-def probed(target: Target) -> str | None:
-    """The kernel function a target probes, whose frame is a stack's innermost (None for a uprobe)."""
-    probe = target.probe
-    return None if probe.spec.is_uprobe else probe.function or probe.spec.function
-
-
 class UserFrames:
-    """``/path/prog[+0xOFF]`` frames as ``function+0xN [prog]`` from the file's symbol table.
+    """User stack addresses as ``function+0xN [prog]``: the mapping from the process's /proc/PID/maps, the
+    function from the file's symbol table. An address that fits no function (a stripped library) is
+    ``prog+0xFILEOFFSET``; one whose process is gone (or not ELF) stays as the kernel printed it.
 
-    The offset is into the mapping, which starts at the page of the executable segment: a return
-    address is code, so the segment whose page plus the offset lands in a function is the one. A frame
-    that fits no function (a stripped library, a file gone or not ELF) is left as the kernel printed it."""
+    The kernel's own naming (``sym-userobj``) gives the file but an offset into the mapping, and takes the
+    traced process's mmap lock for every frame it prints; one read of the maps a process does here."""
 
     def __init__(self) -> None:
-        self._programs: dict[str, tuple[list[int], list[tuple[int, int, str]]] | None] = {}
-        self._names: dict[str, str] = {}
+        self._programs: dict[str, tuple[list[Segment], list[tuple[int, int, str]]] | None] = {}
+        self._maps: dict[int, tuple[float, list[tuple[int, int, int, str]]]] = {}
+        self._names: dict[tuple[int, str], str] = {}
 
-    def name(self, frame: str) -> str:
-        named = self._names.get(frame)
+    def name(self, pid: int, frame: str) -> str:
+        key = (pid, frame)
+        named = self._names.get(key)
         if named is None:
-            named = self._names[frame] = self._resolve(frame) if len(self._names) < 100_000 else frame
+            match = _USER_ADDRESS.fullmatch(frame.strip())
+            named = self.address(pid, int(match[1], 16)) if match else frame
+            if len(self._names) < MAX_NAMES:
+                self._names[key] = named
         return named
 
-    def _resolve(self, frame: str) -> str:
-        match = _USER_FRAME.match(frame)
-        program = self._program(match["path"]) if match else None
-        if match is None or program is None:
-            return frame
-        starts, functions = program
-        offset = int(match["offset"], 16)
-        for start in starts:
-            address = start + offset
-            index = bisect.bisect_right(functions, (address, 1 << 64)) - 1
-            if index >= 0 and functions[index][0] <= address < functions[index][0] + functions[index][1]:
-                value, _, name = functions[index]
-                return f"{name}+{address - value:#x} [{os.path.basename(match['path'])}]"
-        return frame
+    def address(self, pid: int, address: int) -> str:
+        mapping = self._mapping(pid, address)
+        if mapping is None:
+            return f"<{address:016x}>"
+        start, _, file_offset, path = mapping
+        offset = address - start + file_offset
+        program = self._program(path)
+        for segment in program[0] if program else ():
+            if segment.offset <= offset < segment.offset + segment.filesz:
+                value = segment.vaddr + offset - segment.offset
+                functions = program[1] if program else []
+                index = bisect.bisect_right(functions, (value, 1 << 64)) - 1
+                if index >= 0 and functions[index][0] <= value < functions[index][0] + functions[index][1]:
+                    start_value, _, name = functions[index]
+                    return f"{name}+{value - start_value:#x} [{os.path.basename(path)}]"
+        return f"{os.path.basename(path)}+{offset:#x}"
 
-    def _program(self, path: str) -> tuple[list[int], list[tuple[int, int, str]]] | None:
+    def _mapping(self, pid: int, address: int) -> tuple[int, int, int, str] | None:
+        """The file mapping ``address`` is in; the maps are read again (at most once a second) on a miss:
+        a library loaded since."""
+        read_at, maps = self._maps.get(pid, (0.0, []))
+        for _ in range(2):
+            for mapping in maps:
+                if mapping[0] <= address < mapping[1]:
+                    return mapping
+            if time.monotonic() - read_at < 1.0 or (pid not in self._maps and len(self._maps) >= MAX_PROCESSES):
+                return None
+            read_at, maps = time.monotonic(), _file_mappings(pid)
+            self._maps[pid] = (read_at, maps)
+        return None
+
+    def _program(self, path: str) -> tuple[list[Segment], list[tuple[int, int, str]]] | None:
         if path not in self._programs:
             if len(self._programs) >= MAX_PROGRAMS:
                 return None
             try:
                 elf = ElfFile(path)
-                starts = [segment.vaddr & ~(PAGE - 1) for segment in elf.load_segments()]
                 table = elf.symbols(".symtab") or elf.symbols(".dynsym")
                 functions = sorted((value, size, table.name(name_at)) for name_at, _, _, _, value, size
                                    in table.of_types(STT_FUNC) if size) if table else []
-                self._programs[path] = (starts, functions)
+                self._programs[path] = (elf.load_segments(), functions)
             except (OSError, NotElf):
                 self._programs[path] = None
         return self._programs[path]
+
+
+def _file_mappings(pid: int) -> list[tuple[int, int, int, str]]:
+    """(start, end, file offset, path) of each file mapping of a process; [] once it is gone."""
+    try:
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as maps:
+            lines = maps.read(MAX_MAPS_BYTES).splitlines()
+    except OSError:
+        return []
+    mappings = []
+    for line in lines:
+        match = _MAPS_LINE.match(line)
+        if match:
+            mappings.append((int(match[1], 16), int(match[2], 16), int(match[3], 16), match[4]))
+    return mappings
+
+
+def probed(target: Target) -> str | None:
+    """The kernel function a target probes, whose frame is a stack's innermost (None for a uprobe)."""
+    probe = target.probe
+    return None if probe.spec.is_uprobe else probe.function or probe.spec.function
 
 
 class KernelStackEngine(_InstanceOwner):
@@ -145,11 +186,12 @@ class UserStackEngine(InstanceReader):
         self.deepest = 0  # frames of the deepest stack seen: how a program without frame pointers shows
         self._probed = {target.event: probed(target) for target in targets}
         self._user_frames = UserFrames()
+        self._at_entry = {target.event for target in targets if target.probe.function_offset == 0}
         self._parser = LineParser()
         self._lock = threading.Lock()  # the reader thread feeds, the caller collects
 
     def start(self) -> None:
-        stacks = {"userstacktrace": True, "sym-userobj": True} if self.user_stacks else {"stacktrace": True}
+        stacks = {"userstacktrace": True, "sym-userobj": False} if self.user_stacks else {"stacktrace": True}
         self.instance.create(BUFFER_KB, {"record-tgid": False, "sym-offset": True, **stacks})
         try:
             self._start_reader(self._feed)
@@ -169,10 +211,19 @@ class UserStackEngine(InstanceReader):
         for event in events:
             if event.stack is None:
                 continue
-            self.deepest = max(self.deepest, len(event.stack))
             comm = str(event.args.get(COMM_ARGUMENT, event.comm)).strip('"') if self.by_comm else None
-            frames = map(self._user_frames.name, event.stack) if self.user_stacks else event.stack
+            frames = self._user_stack(event) if self.user_stacks else event.stack
+            self.deepest = max(self.deepest, len(frames))
             add_event_stack(self.table, frames, comm, self._probed.get(event.event))
+
+    def _user_stack(self, event: Event) -> list[str]:
+        """The user stack named, with the caller of a function probed at its entry put back in (it is
+        the return address on top of the stack: the kernel's walk starts at the caller's frame)."""
+        frames = [self._user_frames.name(event.pid, frame) for frame in event.stack or ()]
+        caller = event.args.get(CALLER_ARGUMENT) if event.event in self._at_entry else None
+        if isinstance(caller, int) and frames:
+            frames.insert(1, self._user_frames.address(event.pid, caller))
+        return frames
 
     def collect(self) -> StackTable:
         """Every stack so far; the newest event waits for its stack lines unless a whole read brought none."""
@@ -180,7 +231,7 @@ class UserStackEngine(InstanceReader):
             raise UserError(self._error)
         with self._lock:
             self._count(self._parser.flush_if_quiet())
-            return StackTable(self.table.limit, dict(self.table.counts), self.table.dropped, self.table.garbled)
+            return replace(self.table, counts=dict(self.table.counts), lost=self.reader.lost if self.reader else 0)
 
     def drain(self, limit: float = 2.0) -> None:
         super().drain(limit)
@@ -250,6 +301,6 @@ class StackRun(ProbeRun[StackEngine]):
             return ""
         if engine.deepest > SHALLOW_FRAMES:
             return ""
-        return (f"the user stacks have at most {engine.deepest} frame{'s' if engine.deepest != 1 else ''}: the program "
-                "was most likely built without frame pointers, and the kernel walks user stacks by frame pointer only "
-                "(rebuild it with -fno-omit-frame-pointer for whole stacks)")
+        return (f"the kernel's walk of the user stacks gave at most {engine.deepest} frame{'s' if engine.deepest != 1 else ''}: "
+                "the program was most likely built without frame pointers, and the kernel walks user stacks by frame "
+                "pointer only (rebuild it with -fno-omit-frame-pointer for whole stacks)")

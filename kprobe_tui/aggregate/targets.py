@@ -35,6 +35,10 @@ GLOB_CHARACTERS = "*?["
 # printed (the last one saved for that pid), and a hist table's common_pid.execname is the comm when
 # the pid's entry was made; a thread that renames itself would be counted under its old name.
 COMM_ARGUMENT = "kptui_comm"
+# A uprobe at a function's entry, counted by stack, captures the return address on top of the stack: the
+# kernel's walk of the user stack starts at the caller's frame (the function has not made its own yet),
+# so the caller itself is missing from it.
+CALLER_ARGUMENT = "kptui_caller"
 # bcc's funccount refuses more than 1000 probes; each kprobe costs a registration and every hit a trap.
 DEFAULT_MAX_PROBES = 1000
 # Calls a kretprobe can follow at once (the kernel's most, KRETPROBE_MAXACTIVE_MAX). Its default (10, or
@@ -133,15 +137,18 @@ class TargetBuilder:
         self.group = group
         self.binary = str(Path(binary).resolve()) if binary else None
         self.max_probes = max_probes
+        self.caller = False  # capture a uprobe's return address (counting by stack)
         self.taken: list[str] = list(taken or [])
         self._catalog = None
 
     # -- what each command asks for --------------------------------------------------------------
 
-    def counting(self, specs: list[str], aggregation: Aggregation, filter_text: str) -> Targets:
+    def counting(self, specs: list[str], aggregation: Aggregation, filter_text: str, stacks: bool = False) -> Targets:
+        """``stacks``: counted by stack, so a uprobe's caller is captured (``CALLER_ARGUMENT``)."""
         wanted = aggregation.arguments() + [n for n in filter_arguments(filter_text) if n not in aggregation.arguments()]
         targets = Targets([], {})
         comm = any(key.name == "comm" for key in aggregation.keys)
+        self.caller = stacks and self.binary is not None
         for text in specs:
             words = _words(text)
             if any(c in words[0] for c in GLOB_CHARACTERS):
@@ -194,13 +201,15 @@ class TargetBuilder:
         if comm:
             added.append(parse_arg(f"{COMM_ARGUMENT}=$comm"))
             targets.arguments["comm"] = COMM_ARGUMENT
+        if self.caller and spec.kind == "entry":
+            added.append(parse_arg(f"{CALLER_ARGUMENT}=$stack0:x64"))
         if added or len(kept) != len(spec.args):
             spec = parse_spec(words[:1] + [str(arg) for arg in kept + added], binary=self.binary, group=self.group)
         if not spec.is_uprobe and spec.function:
             check_kernel_function(spec.function, self._load_catalog())
         for probes in self._compile(spec):
             for fetch in probes[0].args:
-                if fetch.source is not None and fetch.name != COMM_ARGUMENT:  # comm is the model's "comm"
+                if fetch.source is not None and fetch.name not in (COMM_ARGUMENT, CALLER_ARGUMENT):  # ours, no user's
                     targets.arguments.setdefault(argument_name(fetch.source), fetch.name)
             targets.items.append(Target(probes, spec.function or spec.place_text(), role))
 
@@ -245,6 +254,7 @@ class TargetBuilder:
             raise UserError(f"{pattern!r} matches {len(chosen)} probeable functions: more than --max-probes "
                             f"{self.max_probes}", f"narrow the pattern, or raise the limit: --max-probes {len(chosen)}")
         extra = [f"{COMM_ARGUMENT}=$comm"] if comm else []
+        extra += [f"{CALLER_ARGUMENT}=$stack0:x64"] if self.caller else []
         if comm:
             targets.arguments["comm"] = COMM_ARGUMENT
         for name in chosen:

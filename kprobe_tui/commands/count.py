@@ -60,7 +60,8 @@ def run(args) -> int:
     if by_stack:
         by_comm = "comm" in by_stack
         top, build = builder(args)
-        targets = build.counting(args.specs, Aggregation("count", keys=(Field("comm"),) if by_comm else ()), args.filter)
+        targets = build.counting(args.specs, Aggregation("count", keys=(Field("comm"),) if by_comm else ()), args.filter,
+                                 stacks=True)
         return run_stack_count(args, f"count {' '.join(args.specs)} --by {','.join(by_stack)}",
                                StackRun(top, targets, by_comm, args.filter, args.engine), targets)
     aggregation = Aggregation("count", keys=parse_keys(args.by, (Field("probe"),)), top=args.top)

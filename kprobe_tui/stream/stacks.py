@@ -14,7 +14,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kprobe_tui.errors import UserError
 
@@ -61,6 +61,7 @@ class StackTable:
     counts: dict[tuple[tuple[str, ...], str | None], int] = field(default_factory=dict)
     dropped: int = 0  # hits of stacks not kept because ``limit`` distinct stacks were kept already
     garbled: int = 0  # entries of the hist file that fit no stack key
+    lost: int = 0  # events the kernel's ring dropped before the user-space engine read them
 
     def add(self, stack: tuple[str, ...], comm: str | None = None, count: int = 1) -> None:
         key = (stack, comm)
@@ -78,17 +79,18 @@ class StackTable:
     def since(self, before: StackTable) -> StackTable:
         """What was counted after ``before`` (an earlier copy of the same run's counts): one interval."""
         counts = {key: count - before.counts.get(key, 0) for key, count in self.counts.items()}
-        return StackTable(self.limit, {key: count for key, count in counts.items() if count > 0},
-                          max(0, self.dropped - before.dropped), max(0, self.garbled - before.garbled))
+        return replace(self, counts={key: count for key, count in counts.items() if count > 0},
+                       dropped=max(0, self.dropped - before.dropped), garbled=max(0, self.garbled - before.garbled),
+                       lost=max(0, self.lost - before.lost))
 
     def top(self, count: int) -> StackTable:
         """Only the ``count`` stacks with the most hits."""
         kept = sorted(self.counts.items(), key=lambda item: item[1], reverse=True)[:count]
-        return StackTable(self.limit, dict(kept), self.dropped, self.garbled)
+        return replace(self, counts=dict(kept))
 
     def renamed(self, name: Callable[[str], str]) -> StackTable:
         """The same counts with ``name`` applied to every frame and comm (escaping them for a terminal)."""
-        renamed = StackTable(self.limit, {}, self.dropped, self.garbled)
+        renamed = replace(self, counts={})
         for (stack, comm), count in self.counts.items():
             key = (tuple(map(name, stack)), None if comm is None else name(comm))
             renamed.counts[key] = renamed.counts.get(key, 0) + count
@@ -204,4 +206,4 @@ def format_json(table: StackTable, **extra: object) -> str:
     """One JSON object: the stacks (outermost frame first), most hits first, and what the bound dropped."""
     stacks = [{"stack": list(stack), "count": count} | ({} if comm is None else {"comm": comm})
               for stack, comm, count in reversed(_ordered(table))]
-    return json.dumps({"stacks": stacks, "dropped": table.dropped, "max_stacks": table.limit, **extra})
+    return json.dumps({"stacks": stacks, "dropped": table.dropped, "lost": table.lost, "max_stacks": table.limit, **extra})
