@@ -120,7 +120,7 @@ class FlameView(ScrollView, can_focus=True):
             style = MATCH if frame in self.matches else frame_style(name)
             if frame == self.cursor:
                 style += CURSOR
-            segments.append(Segment(label(name, end - first), base + style))
+            segments.append(Segment(label(name, end - first), style))  # its own colours: the view's add nothing
             at = end
         if at < width:
             segments.append(Segment(" " * (width - at), base))
