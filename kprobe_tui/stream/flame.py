@@ -192,9 +192,9 @@ class FlameLayout:
 
 
 def parse_folded(text: str, origin: str) -> StackCounts:
-    """``a;b;c 12`` lines (flamegraph.pl's input) as counted stacks; a line repeated adds up.
-
-    Until stream/stacks.py (issue 28's stacks as a key) reads them: then this goes."""
+    """``a;b;c 12`` lines (flamegraph.pl's input, what ``count --by stack --folded`` writes) as counted
+    stacks; a line repeated adds up. The tests and pictures draw a guest's stacks kept this way. Its place
+    is beside ``stacks.format_folded``, which writes them: it moves there when that module reads them."""
     stacks: StackCounts = {}
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():

@@ -8,6 +8,7 @@ import pytest
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.stream.flame import ROOT, Cell, FlameLayout, parse_folded
+from kprobe_tui.stream.stacks import StackTable, format_folded
 
 STACKS = {("a", "b", "c"): 3, ("a", "b"): 1, ("a", "d"): 4, ("e",): 2, ("a", "b", "c", "x"): 2}
 
@@ -120,6 +121,14 @@ def test_share():
     a = layout.row(1)[0]
     assert layout.share(a) == pytest.approx(10 / 12)
     assert layout.share(layout.children(a)[0], of=a) == pytest.approx(0.6)
+
+
+def test_folded_lines_read_back_what_count_writes():
+    table = StackTable()
+    for stack, count in STACKS.items():
+        table.add(stack, None, count)
+    table.add(("a", "b"), "dd", 2)  # by comm too: the comm is the outermost frame
+    assert parse_folded(format_folded(table), "count.folded") == table.stacks()
 
 
 def test_folded_lines():
