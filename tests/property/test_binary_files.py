@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import struct
 import subprocess
 import tarfile
 import zlib
@@ -16,6 +17,7 @@ from contextlib import suppress
 from pathlib import Path
 
 import pytest
+import zstandard
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -92,11 +94,18 @@ def _compressed_section(elf_bytes: bytes) -> bytes:
     return elf.data(section)
 
 
+def _as_zstd(section: bytes) -> bytes:
+    """The same section compressed with zstd (ch_type 2) instead of zlib."""
+    contents = inflate(section, True, "<", Path("tz.o"), ".debug_info")
+    return struct.pack("<IIQQ", 2, 0, len(contents), 1) + zstandard.ZstdCompressor().compress(contents)
+
+
 @examples(200)
 @given(data=st.data())
 def test_compressed_sections_inflate_or_are_refused(built, data):
     raw = _compressed_section(built["tz.o"])
-    blob = data.draw(mutated_bytes([raw, raw[:30] + zlib.compress(b"x" * 100)[:8]], hot=[range(0, 40)]))
+    valid = [raw, raw[:30] + zlib.compress(b"x" * 100)[:8], _as_zstd(raw)]
+    blob = data.draw(mutated_bytes(valid, hot=[range(0, 40)]))
     with suppress(UserError):
         inflate(blob, True, "<", Path("tz.o"), ".debug_info")
 
