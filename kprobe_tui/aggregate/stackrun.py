@@ -222,7 +222,7 @@ class UserStackEngine(InstanceReader):
         frames = [self._user_frames.name(event.pid, frame) for frame in event.stack or ()]
         caller = event.args.get(CALLER_ARGUMENT) if event.event in self._at_entry else None
         if isinstance(caller, int) and frames:
-            frames.insert(1, self._user_frames.address(event.pid, caller))
+            frames.insert(1, self._user_frames.name(event.pid, f"<{caller:016x}>"))
         return frames
 
     def collect(self) -> StackTable:
