@@ -1,4 +1,4 @@
-"""Files from elsewhere: ELF headers, BTF, compressed sections, snapshot archives, the config file.
+"""Files from elsewhere: ELF headers, BTF, compressed sections, snapshot archives, the config file, export's CONFIG.
 
 Each starts from a real file made here (gcc, pahole, the running kernel's BTF, an archive written
 with tarfile) and is mutated where its headers are: any bytes give a result or a UserError (ELF:
@@ -22,12 +22,14 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from kprobe_tui import config
+from kprobe_tui.aggregate import exportconfig
 from kprobe_tui.debuginfo.sections import inflate
 from kprobe_tui.elf import ElfFile, NotElf
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import btf as btfmod
 from kprobe_tui.kernel.snapshot import open_snapshot
 from tests.property.mutation import examples, mutated_bytes, mutated_text
+from tests.unit.test_exportconfig import GOOD as GOOD_EXPORT_CONFIG
 
 C_SOURCE = """
 struct node { struct node *next; unsigned flags : 3; int value; char name[16]; };
@@ -217,3 +219,18 @@ def test_config_files_load_or_are_ignored(tmp_path_factory, text, as_latin1):
     assert isinstance(settings_read, dict) and (problem is None or isinstance(problem, str))
     with suppress(UserError):
         config.choose_theme(None, path)
+
+
+# --- export's CONFIG ----------------------------------------------------------------------------
+
+EXPORT_CONFIGS = [GOOD_EXPORT_CONFIG, '[[metric]]\nname = "m"\nkind = "count"\nprobe = "f"\n']
+EXPORT_TOKENS = ("[[metric]]", "name = ", "kind = ", '"hist"', '"latency"', "probe = ", "by = ", "value = ", "linear = ",
+                 "unit = ", "max_series = ", "engine = ", "filter = ", "[", "]", ",", '"', "-1", "1e999", "inf", "\n")
+
+
+@examples(200)
+@given(mutated_text(EXPORT_CONFIGS, EXPORT_TOKENS))
+@example("max_series = " + "[" * 100000)  # tomllib's RecursionError, once
+def test_export_configs_read_or_are_refused(text):
+    with suppress(UserError):
+        exportconfig.parse(text, "export.toml")
