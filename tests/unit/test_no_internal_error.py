@@ -42,6 +42,7 @@ def assert_clean(result: subprocess.CompletedProcess, *words: str) -> None:
     (["count", "vfs_read"], "--duration"), (["count", "vfs_read"], "--interval"),
     (["hist", "vfs_read", "count"], "--duration"), (["hist", "vfs_read", "count"], "--interval"),
     (["latency", "vfs_read"], "--duration"), (["latency", "vfs_read"], "--interval"), (["tail"], "--duration"),
+    (["graph", "vfs_read"], "--duration"),
 ])
 @pytest.mark.parametrize("value", ["nan", "inf", "1e309", "-1", "0"])
 def test_durations_and_intervals_must_be_finite_and_positive(command, option, value):
