@@ -33,6 +33,8 @@ LABELS = {
     NOT_PROBEABLE: "not probeable",
 }
 
+DESCRIBED = "described by DWARF: capture arguments and locals by name, and probe source lines"
+
 # Sections whose symbols are call trampolines, not function bodies.
 _STUB_SECTIONS = (".plt", ".plt.got", ".plt.sec", ".iplt")
 
@@ -56,8 +58,11 @@ class BinaryCatalog:
         require_x86_64_elf(self.path)
         self.notes: list[str] = []
         self._symbols = _read_function_symbols(self.path)
-        self.names: list[str] = sorted(self._symbols)
         self._debuginfo = self._open_debuginfo()  # before any status: rows are classified from two threads
+        # a name several files define (static functions) is also one row per file, FUNC@FILE as perf takes it
+        self._in_file = {row: symbol for name, symbols in self._symbols.items() if self.defined_count(name) > 1
+                         for row, symbol in self._by_source(name, symbols).items()}
+        self.names: list[str] = sorted([*self._symbols, *self._in_file])
         # read once here: each read of a section header goes through the file (a DWARF question)
         self._has_aranges = self._debuginfo is not None and _has_section(self._debuginfo, ".debug_aranges")
         self._classified: dict[str, tuple[Status, str]] = {}
@@ -82,8 +87,13 @@ class BinaryCatalog:
     def classify(self, name: str) -> tuple[Status, str]:
         found = self._classified.get(name)
         if found is None:
-            found = self._classified[name] = self._classify(name, self._symbols.get(name, []))
+            found = self._classified[name] = self._classify(name, self._symbols_of(name))
         return found
+
+    def _symbols_of(self, name: str) -> list[_FunctionSymbol]:
+        """A name's symbols; a FUNC@FILE row's, its one body."""
+        in_file = self._in_file.get(name)
+        return [in_file] if in_file is not None else self._symbols.get(name, [])
 
     def defined_count(self, name: str) -> int:
         """How many function bodies of this name the file defines (a static function of two files: 2);
@@ -91,6 +101,10 @@ class BinaryCatalog:
         return sum(1 for s in self._symbols.get(name, []) if s.section and s.section not in _STUB_SECTIONS)
 
     def _classify(self, name: str, symbols: list[_FunctionSymbol]) -> tuple[Status, str]:
+        if name in self._in_file:
+            function, _, source = name.partition("@")
+            return WITH_DEBUG_INFO, (f"the {function} of {source} (one of {self.defined_count(function)} functions of "
+                                     f"this name), {DESCRIBED}")
         defined = [s for s in symbols if s.section]
         if not defined:
             return NOT_PROBEABLE, (
@@ -99,9 +113,11 @@ class BinaryCatalog:
             )
         if len(defined) > 1:
             where = ", ".join(f"0x{s.address:x}" for s in defined)
+            in_files = [row for row in self._in_file if row.partition("@")[0] == name]
             return Status.AMBIGUOUS, (
                 f"{len(defined)} functions share this name ({where}), e.g. static functions of different source files or "
                 "symbol versions: probe one by address (0xADDR) or by FUNC@SOURCE"
+                + (f", as the rows {' and '.join(in_files)} do" if in_files else "")
             )
         symbol = defined[0]
         if symbol.kind == "STT_GNU_IFUNC":
@@ -120,7 +136,7 @@ class BinaryCatalog:
         if clone:
             return Status.CLONE, clone
         if self._has_dwarf_at(symbol.address):
-            return WITH_DEBUG_INFO, "described by DWARF: capture arguments and locals by name, and probe source lines"
+            return WITH_DEBUG_INFO, DESCRIBED
         return WITHOUT_DEBUG_INFO, (
             "no DWARF for it: entry, return and +offset probes work, values through registers, $argN and $retval"
         )
@@ -143,6 +159,27 @@ class BinaryCatalog:
         except Exception as exc:  # a DWARF layout the reader does not handle must not stop the browser
             self.notes.append(f"debug info unreadable ({type(exc).__name__}: {exc}): registers only")
         return None
+
+    def _by_source(self, name: str, symbols: list[_FunctionSymbol]) -> dict[str, _FunctionSymbol]:
+        """``name@file.c`` for each body of ``name``, by the file DWARF declares it in (the name perf's FUNC@SRC
+        matches as a path's tail); none unless each body has a file of its own (symbol versions have not)."""
+        from kprobe_tui.debuginfo import dwarfinfo as dw
+
+        info = self._debuginfo
+        if info is None:
+            return {}
+        at = {s.address: s for s in symbols if s.section}
+        found: dict[str, _FunctionSymbol] = {}
+        try:
+            with info.asking():
+                for die in info.definitions(name):
+                    low = die.attributes.get("DW_AT_low_pc")
+                    declared = info.units.of(die.cu).file_name(dw.decl_file_index(die))
+                    if low is not None and low.value in at and declared:
+                        found[f"{name}@{Path(declared).name}"] = at[low.value]
+        except UserError:  # corrupt DWARF: the name stays one ambiguous row
+            return {}
+        return found if len(found) == len(at) and len(set(found.values())) == len(at) else {}
 
     def _has_dwarf_at(self, address: int) -> bool:
         info = self._debuginfo
@@ -168,7 +205,8 @@ class BinaryCatalog:
     def _spelled_prototype(self, name: str) -> str | None:
         from kprobe_tui.debuginfo import dwarfinfo as dw
 
-        sites = self._debuginfo.function(name)
+        function, _, source = name.partition("@")  # a FUNC@FILE row: that file's
+        sites = self._debuginfo.function(function, source or None)
         if not sites:
             return None
         die = sites[0].die
@@ -180,10 +218,10 @@ class BinaryCatalog:
                 params.append(f"{_spelled_type(child)} {dw.name_of(child) or ''}".rstrip())
             elif child.tag == "DW_TAG_unspecified_parameters":
                 params.append("...")
-        return f"{_spelled_type(die)} {name}({', '.join(params) or 'void'})"
+        return f"{_spelled_type(die)} {function}({', '.join(params) or 'void'})"
 
     def _function(self, name: str) -> Function:
-        symbols = [s for s in self._symbols.get(name, []) if s.section] or self._symbols.get(name, [])
+        symbols = [s for s in self._symbols_of(name) if s.section] or self._symbols_of(name)
         status, reason = self.classify(name)
         size = symbols[0].size if len(symbols) == 1 and symbols[0].section else None
         return Function(name, "", tuple(Symbol(s.address, "") for s in symbols), size, status, reason, self.prototype(name))

@@ -213,6 +213,8 @@ def bpftrace_oneliner(spec: ProbeSpec, probes: list[CompiledProbe] | None = None
         # bpftrace checks a uprobe's FUNC+OFFSET for an instruction boundary with a disassembler; a build
         # without one refuses it, --unsafe or not (Debian's 0.17: tests/kernel/test_bpftrace_guest.py)
         notes.append("FUNC+OFFSET needs a bpftrace built with its disassembler (Debian's 0.17 refuses it)")
+    if spec.is_uprobe and spec.function and spec.source:
+        notes.append(f"bpftrace takes no source file: its {spec.function} may be another file's of that name")
     return line + (f"  # {'; '.join(notes)}" if notes else "")
 
 

@@ -32,6 +32,7 @@ from kprobe_tui.probes.binary import BinaryCatalog
 from kprobe_tui.probes.compile import compile_spec
 from kprobe_tui.probes.render import bpftrace_oneliner, perf_command
 from kprobe_tui.probes.spec import DEFAULT_PERSISTENT_GROUP, parse_spec
+from kprobe_tui.probes.symbols import ElfSymbols
 from kprobe_tui.tui.app import KprobeTui
 from kprobe_tui.tui.navigation import ShowEvents
 from kprobe_tui.tui.screens.builder import ProbeBuilderScreen
@@ -235,6 +236,42 @@ async def test_tab_from_args_reaches_the_filter_and_escape_goes_one_step_back(pr
         assert builder.query_one("#args", Input).value == ""
         await pilot.press("escape")
         assert app.screen.query(FunctionList)  # back on the list the builder was opened from
+
+
+def symtab_address(binary: Path, function: str, source_file: str) -> int:
+    """Where the symbol table puts ``function`` of ``source_file``: a static function is listed after its
+    file's FILE symbol (readelf, an oracle without DWARF)."""
+    out = subprocess.run(["readelf", "-W", "-s", str(binary)], check=True, capture_output=True, text=True).stdout
+    in_file = None
+    for value, kind, name in re.findall(r"^\s*\d+: ([0-9a-f]+)\s+\S+ (\w+)\s+\w+\s+\w+\s+\S+ (\S+)$", out, re.M):
+        in_file = name if kind == "FILE" else in_file
+        if kind == "FUNC" and name == function and in_file == source_file:
+            return int(value, 16)
+    raise AssertionError(f"no {function} of {source_file} in {binary}'s symbol table")
+
+
+@pytest.mark.live
+async def test_a_static_function_of_two_files_is_probed_in_the_file_chosen_in_the_list(tmp_path, tracefs_root):
+    """twin is static in two files: the list has a row per file (FUNC@FILE, as perf takes it), whose builder
+    makes one probe, on that file's twin (the builder of the bare name can only say it is ambiguous)."""
+    c_dir = Path(__file__).parent / "c"
+    binary = tmp_path / "twins"
+    subprocess.run(["gcc", "-O0", "-g", "-o", str(binary), str(c_dir / "catalog_main.c"), str(c_dir / "catalog_other.c")],
+                   check=True)
+    offset = ElfSymbols(binary).file_offset(symtab_address(binary, "twin", "catalog_other.c"))
+    try:
+        app = app_for(binary)
+        async with app.run_test(size=(80, 24)) as pilot:
+            builder = await open_builder(pilot, "twin@catalog_other.c")
+            assert builder.preview is not None and "-a twin=twin@catalog_other.c" in builder.preview.copy_text("perf")
+            assert "its twin may be another file's" in builder.preview.copy_text("bpftrace")  # it has no FUNC@FILE
+            await pilot.press("ctrl+s")
+            await until(pilot, lambda: isinstance(app.screen, EventsScreen), "Create shows the events")
+            [made] = uprobes_on(tracefs_root, binary)
+            assert made.endswith(f"{binary}:0x{offset:016x}"), made
+    finally:
+        lifetime.undo.run_all()
+    assert uprobes_on(tracefs_root, binary) == []
 
 
 @pytest.mark.live

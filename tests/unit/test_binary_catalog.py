@@ -47,7 +47,8 @@ def readelf_functions(path: Path) -> dict[str, dict[int, tuple[int, str]]]:
 def test_names_sizes_and_statuses_match_readelf(program):
     catalog = BinaryCatalog(program)
     oracle = readelf_functions(program)
-    assert catalog.names == sorted(oracle)
+    # and twin, static in both files, once more per file as perf's FUNC@FILE takes it
+    assert catalog.names == sorted([*oracle, "twin@catalog_main.c", "twin@catalog_other.c"])
     for name, defined in oracle.items():
         status, reason = catalog.classify(name)
         function = catalog.function(name)
@@ -80,6 +81,11 @@ def test_each_kind_of_symbol_in_the_program(program):
     assert catalog.function("twin_caller").prototype == "int twin_caller(int x)"
     assert catalog.function("oops").prototype == "void oops(char* what, int x)"  # perf's spelling: const dropped
     assert catalog.function("_start").prototype is None
+    # one body each: the file's own, as perf probe -x prog twin@catalog_other.c places it
+    other, main = catalog.function("twin@catalog_other.c"), catalog.function("twin@catalog_main.c")
+    assert {other.symbols[0].address, main.symbols[0].address} == {s.address for s in catalog.function("twin").symbols}
+    assert catalog.status("twin@catalog_other.c") is WITH_DEBUG_INFO and other.prototype == "int twin(int x)"
+    assert "twin@catalog_main.c and twin@catalog_other.c" in catalog.classify("twin")[1]
     assert catalog.notes == []
     catalog.warm()
     assert catalog.details_ready
@@ -116,7 +122,7 @@ def test_bad_paths_are_user_errors_naming_the_path(tmp_path, make, message):
 def test_libpython_matches_readelf_and_has_dwarf_prototypes():
     catalog = BinaryCatalog(LIBPYTHON)
     oracle = readelf_functions(LIBPYTHON)
-    assert catalog.names == sorted(oracle)
+    assert [name for name in catalog.names if "@" not in name] == sorted(oracle)
     ambiguous = {name for name, defined in oracle.items() if len(defined) > 1}
     assert {name for name in catalog.names if catalog.status(name) is Status.AMBIGUOUS} == ambiguous
     assert "RAISE_ERROR_KNOWN_LOCATION" in ambiguous  # a static inline helper defined in many files
