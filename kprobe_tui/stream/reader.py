@@ -200,6 +200,7 @@ class RawPagesSource:
         self._names: dict[int, tuple[str, int | None]] = {}  # pid -> its comm and tgid, as of these records
         self._tgids: dict[int, int] = {}  # saved_tgids as read last, empty unless the instance records tgids
         self._saved = b""  # saved_cmdlines as read after these records (each line after a newline), or b""
+        self._exited: dict[int, str] = {}  # exited tasks' names, as read after their records; forgotten each second
         self._options_read = 0.0  # when the options and saved_tgids were read last (monotonic)
         self._flags_column = self._tgid_column = True  # the irq-info and record-tgid options
         # A record's common fields (type, flags, pid) -> its event's type, the fields they give (pid, tgid, comm,
@@ -322,17 +323,21 @@ class RawPagesSource:
         comm = proc_comm(pid)
         if comm is not None:
             return comm, proc_tgid(pid) if self._tgid_column else None
+        if pid in self._exited:  # a drained burst of an exited task spans many batches: one read, not one each
+            return self._exited[pid], self._tgids.get(pid)
         if not self._saved:
             try:
                 self._saved = b"\n" + self.instance.top.path("saved_cmdlines").read_bytes()
             except OSError:
                 self._saved = b"\n"
-        return saved_comm(self._saved, pid) or UNKNOWN_COMM, self._tgids.get(pid)
+        comm = self._exited[pid] = saved_comm(self._saved, pid) or UNKNOWN_COMM
+        return comm, self._tgids.get(pid)
 
     def _read_options(self) -> None:
         """The options that shape the text's columns, which anyone may switch at any time (a new instance takes
         the top level's: after other tests the 6.1 guest's had irq-info off), and saved_tgids."""
         self._options_read = time.monotonic()
+        self._exited.clear()
         self._flags_column, self._tgid_column = _option(self.instance, "irq-info"), _option(self.instance, "record-tgid")
         for decoder in self.decoders.values():
             decoder.show_flags(self._flags_column)
