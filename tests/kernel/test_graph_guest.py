@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -25,7 +26,7 @@ WORKLOAD = ["dd", "if=/dev/zero", "of=/dev/null", "bs=1", f"count={READS}"]
 INTERRUPT_WORK = ("irq_enter_rcu", "irq_exit_rcu", "idle_cpu", "__sysvec_apic_timer_interrupt", "handle_softirqs",
                   "__do_softirq")
 SETTINGS = ("current_tracer", "set_graph_function", "max_graph_depth", "set_ftrace_pid", "options/funcgraph-proc",
-            "options/funcgraph-tail", "options/funcgraph-irqs", "tracing_on")
+            "options/funcgraph-tail", "options/funcgraph-irqs", "tracing_on", "buffer_size_kb")
 
 
 def kprobe_tui(*words: str, **kwargs) -> subprocess.CompletedProcess:
@@ -44,31 +45,36 @@ def settings(tracefs) -> dict[str, str]:
 def test_graph_gives_perf_ftraces_call_paths_and_gives_the_tracer_back(tracefs):
     if shutil.which("perf") is None:
         pytest.skip("perf is not installed (Debian: linux-perf)")
+    # An instance that sets its own size, as every tail and count does: the kernel then never grows the top
+    # level's 7 KB boot buffer, where a graph of these reads lost 240 entries (45 calls kept 21).
+    os.mkdir(tracefs.path("instances/kptui_graph_sized"))
+    try:
+        tracefs.path("instances/kptui_graph_sized/buffer_size_kb").write_text("64\n")
+    finally:
+        os.rmdir(tracefs.path("instances/kptui_graph_sized"))
     before = settings(tracefs)
     ours = kprobe_tui("graph", "vfs_read", "--depth", "3", "--json", "--", *WORKLOAD)
     assert ours.returncode == 0, ours.stderr
     assert settings(tracefs) == before
     report = json.loads(ours.stdout)
+    assert report["lost"] == 0 and report["orphans"] == 0
     mine = {tuple(p["path"]): p["calls"] for p in report["paths"] if not set(p["path"]) & set(INTERRUPT_WORK)}
-    perf = subprocess.run(["perf", "ftrace", "-G", "vfs_read", "--graph-opts", "depth=3,noirqs", "--", *WORKLOAD],
-                          capture_output=True, text=True, timeout=300)
+    # perf ftrace keeps the small buffer unless told: -m gives it the size our graph takes
+    perf = subprocess.run(["perf", "ftrace", "-G", "vfs_read", "--graph-opts", "depth=3,noirqs", "-m", "1408K", "--",
+                           *WORKLOAD], capture_output=True, text=True, timeout=300)
     assert perf.returncode == 0, perf.stderr
     theirs = paths(summarize(GraphReader().feed(perf.stdout.splitlines())))
-    # The same call paths as perf's. Their counts too when run alone (45: 40 reads of /dev/zero and the loader's 5);
-    # after the rest of the guest suite both lose calls without a [LOST] line (ours 33, perf's 21 in one run, both
-    # 33 in another), not yet explained: what is compared holds in any run (every call checks its area first).
-    assert set(mine) == set(theirs)
-    assert mine[("vfs_read", "rw_verify_area")] == mine[("vfs_read",)]
-    assert theirs[("vfs_read", "rw_verify_area")] == theirs[("vfs_read",)]
+    assert mine == theirs  # the same call paths, called as often (40 reads of /dev/zero and the loader's 5)
+    assert mine[("vfs_read", "rw_verify_area")] == mine[("vfs_read",)] >= READS
     assert report["threads"] and all(thread.startswith("dd-") for thread in report["threads"])
     printed = kprobe_tui("graph", "vfs_read", "--depth", "2", "--", *WORKLOAD)
     assert printed.returncode == 0, printed.stderr
     header = printed.stdout.splitlines()[0]
     columns, *rows = [line for line in printed.stdout.splitlines() if not line.startswith("#")]
-    calls = {row.split()[-1]: int(row.split()[0]) for row in rows}  # a run of its own: its counts, not the first's
     assert columns.split() == ["calls", "total", "us", "self", "us", "call", "path"]
-    assert header.startswith(f"# vfs_read: {calls['vfs_read']} calls on 1 thread (dd-")
-    assert calls["rw_verify_area"] == calls["vfs_read"] and "    rw_verify_area" in printed.stdout
+    parsed = [re.fullmatch(r"\s*(\d+) +\S+ +\S+  ( *)(\S+)", row) for row in rows]
+    top = [int(row[1]) for row in parsed if row and not row[2]]  # the rows of the calls themselves, not callees
+    assert header.startswith(f"# vfs_read: {sum(top)} calls on 1 thread (dd-") and "    rw_verify_area" in printed.stdout
 
 
 @pytest.fixture
