@@ -174,6 +174,31 @@ async def test_the_whole_kernels_count_is_on_screen_beside_the_filter():
         assert f"substring · {total:,}/{total:,}" in _screen_text(app)
 
 
+async def test_a_filter_that_matches_nothing_says_so_whatever_detail_was_on_its_way():
+    """The detail of a function the filter passed over comes late (a slow DWARF or BTF read: 0.3 s here); the
+    filter matching nothing by then, the pane says so instead of describing a function no longer listed."""
+    import time
+
+    from tests.tui.states import catalog_loaded, kernel_app, settled
+
+    app = kernel_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await catalog_loaded(pilot)
+        read = app.catalog.function
+
+        def slow_read(name):
+            time.sleep(0.3)
+            return read(name)
+
+        app.catalog.function = slow_read
+        await pilot.press("slash", *"vfs_read")
+        await pilot.press(*"zzz")
+        await settled(pilot)
+        await pilot.pause(0.5)
+        assert app.screen.query_one(FunctionList).rows == []
+        assert _detail(app) == "No function matches the filter."
+
+
 def _screen_text(app) -> str:
     """The screen as a person sees it, from the screenshot Textual exports (what fits is what is drawn)."""
     import html

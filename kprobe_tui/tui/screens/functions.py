@@ -219,6 +219,8 @@ class FunctionsScreen(Screen):
         binary's prototype is read from DWARF): the pane keeps the last one until it comes, and a
         quicker cursor's newer name drops an older answer."""
         detail = self.query_one("#detail", Static)
+        if not (self.catalog is not None and self.catalog.details_ready and name is not None):
+            self.work.forget("detail")  # what it answers is of a function no longer highlighted
         if name is None or self.catalog is None:
             detail.update("No function matches the filter.", layout=False)
         elif self.catalog.details_ready:
