@@ -85,8 +85,8 @@ async def measure(stacks: StackCounts, rounds: int) -> dict[str, tuple[float, fl
         view = screen.query_one(FlameView)
         height = view.scrollable_content_region.height
 
-        def paint(zoom_widest: bool) -> None:
-            view.show(FlameLayout(stacks))
+        def paint(zoom_widest: bool, layout: FlameLayout | None = None) -> None:
+            view.show(layout or FlameLayout(stacks))
             if zoom_widest:
                 view.cursor = max(view.flame.children(ROOT), key=view.flame.count)
                 view.action_zoom_in()
@@ -104,6 +104,7 @@ async def measure(stacks: StackCounts, rounds: int) -> dict[str, tuple[float, fl
                  "reference: statistics table, a screen": median_ms(reference, rounds)}
         layout = FlameLayout(stacks)
         times["  of which the layout alone"] = median_ms(lambda: FlameLayout(stacks), rounds)
+        times["  of which a screen alone"] = median_ms(lambda: paint(False, layout), rounds)
         print(f"  {len(layout.starts):,} frames in {layout.depth} rows")
         return times
 

@@ -45,6 +45,8 @@ def label(name: str, width: int) -> str:
     letter or two there read as noise, its colour shows it)."""
     if width <= 2:
         return " " * width
+    if name.isascii() and name.isprintable():  # a symbol: a character a cell (rich's cell sizing took 7x as long)
+        return name.ljust(width) if len(name) <= width else name[: width - 1] + "…"
     shown = printable(name[: 4 * width])  # a hostile name may be a megabyte: cut before escaping
     if cell_len(shown) <= width and len(name) <= 4 * width:
         return set_cell_size(shown, width)
