@@ -187,6 +187,7 @@ class UserStackEngine(InstanceReader):
         self._probed = {target.event: probed(target) for target in targets}
         self._user_frames = UserFrames()
         self._at_entry = {target.event for target in targets if target.probe.function_offset == 0}
+        self._unread = 0  # records still in the ring when the run ended
         self._parser = LineParser()
         self._lock = threading.Lock()  # the reader thread feeds, the caller collects
 
@@ -231,12 +232,18 @@ class UserStackEngine(InstanceReader):
             raise UserError(self._error)
         with self._lock:
             self._count(self._parser.flush_if_quiet())
-            return replace(self.table, counts=dict(self.table.counts), lost=self.reader.lost if self.reader else 0)
+            # The ring counts records, and each event is two: it, then its stack.
+            lost = ((self.reader.lost if self.reader else 0) + self._unread) // 2
+            return replace(self.table, counts=dict(self.table.counts), lost=lost)
 
     def drain(self, limit: float = 2.0) -> None:
+        """Let the reader take what the ring still holds, for ``limit`` seconds; what it could not is
+        counted lost (in the 6.12 guest, 17k of dd's 20k hits were still there when dd ended)."""
         super().drain(limit)
+        self._stop_reader()  # what the ring holds from here on is what was never read
         with self._lock:
             self._count(self._parser.flush())
+            self._unread = self._buffered()
 
 
 StackEngine = KernelStackEngine | UserStackEngine

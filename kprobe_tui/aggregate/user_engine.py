@@ -79,10 +79,13 @@ class InstanceReader:
                 continue
         return total
 
-    def stop(self) -> None:
+    def _stop_reader(self) -> None:
         if self._reader_undo is not None:
-            lifetime.undo.run(self._reader_undo)  # the reader lets go of trace_pipe before the instance goes
+            lifetime.undo.run(self._reader_undo)
             self._reader_undo = None
+
+    def stop(self) -> None:
+        self._stop_reader()  # the reader lets go of trace_pipe before the instance goes
         self.instance.remove()
 
 

@@ -128,8 +128,8 @@ def run_stack_count(args, what: str, run: StackRun, targets: Targets) -> int:
             _err(f"kprobe-tui: {len(final.counts)} distinct stacks kept ({MAX_STACKS_ENV}); {final.dropped} hits "
                  "of other stacks are not shown")
         if final.lost:
-            _err(f"kprobe-tui: {final.lost} events lost: the kernel's ring overflowed before they were read (the "
-                 "user-space engine could not keep up; their stacks are not counted)")
+            _err(f"kprobe-tui: {final.lost} events lost: the kernel's ring overflowed, or still held them when the run "
+                 "ended (the user-space engine could not keep up; their stacks are not counted)")
         if final.garbled:
             _err(f"kprobe-tui: {final.garbled} entries of the kernel's table fit no stack (left out)")
         if note := run.shallow_note(final):

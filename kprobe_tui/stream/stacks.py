@@ -65,7 +65,7 @@ class StackTable:
     counts: dict[tuple[tuple[str, ...], str | None], int] = field(default_factory=dict)
     dropped: int = 0  # hits of stacks not kept because ``limit`` distinct stacks were kept already
     garbled: int = 0  # entries of the hist file that fit no stack key
-    lost: int = 0  # events the kernel's ring dropped before the user-space engine read them
+    lost: int = 0  # events the user-space engine never read: the ring overflowed, or held them at the end
 
     def add(self, stack: tuple[str, ...], comm: str | None = None, count: int = 1) -> None:
         key = (stack, comm)
