@@ -5,9 +5,10 @@ machine's memory (a red-team file: 6 MB of zlib'd zeros under a header claiming 
 
 The files are real: a C program compiled by gcc, its debug sections compressed by objcopy
 (zlib-gabi and zstd), then its .debug_str replaced with ``objcopy --update-section`` (which keeps
-SHF_COMPRESSED) by a header and a stream of our making. The CLI runs in a subprocess whose peak
-resident memory is read from os.wait4: that child's own, where RUSAGE_CHILDREN would be the
-largest of every child this pytest process ever waited for.
+SHF_COMPRESSED) by a header and a stream of our making. The CLI runs in a subprocess that reports
+its own peak resident memory (VmHWM) as it exits: a child's ru_maxrss starts at its parent's
+resident size when it is spawned (a pytest grown to 800 MB by earlier tests made every `lines` here
+"800 MB"), and RUSAGE_CHILDREN is the largest of every child this pytest process ever waited for.
 """
 
 from __future__ import annotations
@@ -69,17 +70,30 @@ class Run:
     peak_rss: int  # bytes
 
 
+# ``python -c PEAK_REPORTER FILE ARGS...`` runs ``kprobe-tui ARGS...`` and, as it exits, writes its peak resident
+# memory in kB (VmHWM: this process's own since its exec) to FILE.
+PEAK_REPORTER = """
+import atexit, runpy, sys
+
+def report(path=sys.argv[1]):
+    with open("/proc/self/status") as status, open(path, "w") as out:
+        out.write(next(line.split()[1] for line in status if line.startswith("VmHWM:")))
+
+atexit.register(report)
+sys.argv = ["kprobe-tui", *sys.argv[2:]]
+runpy.run_module("kprobe_tui", run_name="__main__")
+"""
+
+
 def lines(binary: Path, **env: str) -> Run:
     """``kprobe-tui lines -x BINARY work`` in a subprocess, with its peak resident memory."""
     environment = {name: value for name, value in os.environ.items() if name not in (MAX_SECTION_ENV, "DEBUGINFOD_URLS")}
     environment.update(env)
-    out, err = binary.with_suffix(".out"), binary.with_suffix(".err")
+    out, err, peak = (binary.with_suffix(suffix) for suffix in (".out", ".err", ".peak"))
     with out.open("wb") as stdout, err.open("wb") as stderr:
-        child = subprocess.Popen([sys.executable, "-m", "kprobe_tui", "lines", "-x", str(binary), "work"], cwd=PROJECT,
-                                 stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=environment)
-        _pid, status, usage = os.wait4(child.pid, 0)
-        child.returncode = os.waitstatus_to_exitcode(status)
-    return Run(child.returncode, out.read_text(), err.read_text(), usage.ru_maxrss * 1024)
+        child = subprocess.run([sys.executable, "-c", PEAK_REPORTER, str(peak), "lines", "-x", str(binary), "work"],
+                               cwd=PROJECT, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=environment)
+    return Run(child.returncode, out.read_text(), err.read_text(), int(peak.read_text()) * 1024)
 
 
 def chdr(kind: int, size: int) -> bytes:
