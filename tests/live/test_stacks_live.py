@@ -13,11 +13,13 @@ from pathlib import Path
 import pytest
 
 from kprobe_tui.stream.stacks import frame_symbol
+from tests.aggregate_cli import SOURCE as FLOOD_SOURCE
 from tests.aggregate_cli import Aggregation
 
 pytestmark = pytest.mark.live
 
 VIA_A, VIA_B = 5, 3
+FLOOD = 100_000
 SOURCE = r"""
 #include <unistd.h>
 __attribute__((noinline)) int leaf(int x) { return x + 1; }
@@ -78,3 +80,15 @@ def test_a_program_without_frame_pointers_gives_shallow_stacks_and_says_why(tmp_
     subprocess.run([str(program)], check=True)
     assert symbols(run.final()) == {("via_a", "leaf"): VIA_A, ("via_b", "leaf"): VIA_B}
     assert any("built without frame pointers" in line and "-fno-omit-frame-pointer" in line for line in run.stderr_lines)
+
+
+def test_a_flood_the_reader_cannot_keep_up_with_is_counted_or_said_lost_to_the_hit(tmp_path, tracefs_root):
+    """100k hits with a user stack each: what the reader did not take (the ring overflowed, or held it at the
+    end) is counted lost, an event and its stack being two records of the ring."""
+    program = tmp_path / "kpt_stacks_flood"
+    subprocess.run(["gcc", "-O1", "-fno-omit-frame-pointer", "-o", str(program), str(FLOOD_SOURCE)], check=True)
+    run = Aggregation("count", "-x", str(program), "work", "--by", "stack")
+    run.ready()
+    subprocess.run([str(program), "flood", str(FLOOD)], check=True, stdout=subprocess.DEVNULL)
+    record = run.final()
+    assert sum(entry["count"] for entry in record["stacks"]) + record["lost"] == FLOOD
