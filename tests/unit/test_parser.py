@@ -125,3 +125,24 @@ def test_an_event_waits_one_quiet_read_for_its_stack():
     handed += parser.flush_if_quiet()  # a read with nothing: the event is complete
     assert len(handed) == held + 1 and handed[-1].stack == tuple(line[4:].strip() for line in rest)
     assert parser.flush_if_quiet() == [] and parser.flush() == []
+
+
+def test_a_stack_that_comes_after_another_cpus_event_goes_to_its_own_cpus_event():
+    """The text merges the CPUs by time and a stack is stamped after its event: another CPU's event may come
+    between (as the kernel printed a uretprobe's stack on 6.18, 1 run in 3 of the live stacks test)."""
+    lines = [
+        "          boxlab-26971   (  26971) [000] DBZff 25205.159026: hit__return: (0x55ad <- 0x5139) ret=1",
+        "          boxlab-26973   (  26973) [001] DBZff 25205.159031: hit__return: (0x55ad <- 0x5139) ret=2",
+        "          boxlab-26971   (  26971) [000] DBZff 25205.159033: <stack trace>",
+        " => __uprobe_trace_func",
+        " => uretprobe_dispatcher",
+        "          boxlab-26973   (  26973) [001] DBZff 25205.159035: <stack trace>",
+        " => __uprobe_trace_func",
+        " => uretprobe_dispatcher",
+        " => uprobe_handle_trampoline",
+    ]
+    parser = LineParser()
+    events = parser.feed(lines) + parser.flush()
+    assert [(event.pid, event.stack) for event in events] == [
+        (26971, ("__uprobe_trace_func", "uretprobe_dispatcher")),
+        (26973, ("__uprobe_trace_func", "uretprobe_dispatcher", "uprobe_handle_trampoline"))]
