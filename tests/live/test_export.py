@@ -215,6 +215,8 @@ def test_once_prints_a_page_promtool_passes(program, exporters, tmp_path, tracef
     out, _ = exporter.end(signum=None)
     assert exporter.proc.returncode == 0, exporter.said
     assert 'work_calls_total{comm="kpt-alpha"} 50.0' in out and 'work_calls_total{comm="kpt beta-2"} 50.0' in out
+    assert "# HELP work_calls_total calls of work() per comm\n# TYPE work_calls_total counter\n" in out  # the CONFIG's
+    assert "# TYPE work_len histogram\n" in out
     checked = subprocess.run(["promtool", "check", "metrics"], input=out, capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert leftovers(tracefs_root, exporter.name) == []

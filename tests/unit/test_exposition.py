@@ -82,6 +82,14 @@ def test_counts_per_comm_are_a_counter():
     promtool_check(text)
 
 
+@pytest.mark.parametrize("kind, prometheus_type", [("count", "counter"), ("hist", "histogram"), ("latency", "histogram")])
+def test_help_and_type_come_from_the_config(kind, prometheus_type):
+    aggregation = Aggregation(kind, value=Field("len") if kind == "hist" else None)
+    text = page(aggregation, result(aggregation, {(): [1, 2]} if kind != "count" else {(): 2}))
+    [family] = [family for family in text_string_to_metric_families(text) if family.name == "m"]
+    assert (family.documentation, family.type) == ("help text", prometheus_type)
+
+
 def test_a_count_without_labels_is_there_at_zero_before_any_hit():
     aggregation = Aggregation("count")
     assert samples(page(aggregation, result(aggregation, {})), "m") == {("m_total", ()): 0.0}
