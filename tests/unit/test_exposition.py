@@ -19,7 +19,8 @@ from kprobe_tui.aggregate.exposition import OTHER, ExportCollector, ExportedMetr
 from kprobe_tui.aggregate.model import Aggregation, Field, Linear
 from kprobe_tui.aggregate.result import Result, summarize
 from kprobe_tui.aggregate.tally import Tally
-from kprobe_tui.commands.export import own_path_warning
+from kprobe_tui.cli import build_parser
+from kprobe_tui.commands.export import own_path_warning, parse_listen
 from kprobe_tui.probes.spec import parse_spec
 
 
@@ -219,3 +220,8 @@ probe = "tcp_sendmsg"
     assert own_path_warning("lab_sends", lab_sends) is None
     # the terminal's half of the guard's path is not the server's (it sends with send, not write)
     assert own_path_warning("reads", [parse_spec(["vfs_read"]), parse_spec(["tty_write"])]) is None
+
+
+def test_the_exporter_listens_on_loopback_unless_told_otherwise():
+    assert parse_listen(build_parser().parse_args(["export", "export.toml"]).listen) == ("127.0.0.1", 9435)
+    assert parse_listen("[::]:9435") == ("::", 9435)
