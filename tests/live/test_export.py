@@ -222,6 +222,21 @@ def test_once_prints_a_page_promtool_passes(program, exporters, tmp_path, tracef
     assert leftovers(tracefs_root, exporter.name) == []
 
 
+def test_a_return_value_is_a_label(program, exporters, tmp_path, tracefs_root):
+    """work() returns len + port: (i % 10) * 100 - 200 plus 0x3500 for even i, 0x5000 for odd i, 10 calls each."""
+    config = tmp_path / "export.toml"
+    config.write_text(f'[[metric]]\nname = "work_returns"\nkind = "count"\nbinary = "{program}"\n'
+                      'probe = "work%return $retval"\nby = ["retval"]\n')
+    exporter = start(exporters, str(config), "--once", "--duration", "3")
+    exporter.wait_for(" engine: ")
+    run_workload(program, "values", "100")
+    out, _ = exporter.end(signum=None)
+    assert exporter.proc.returncode == 0, exporter.said
+    [family] = [family for family in text_string_to_metric_families(out) if family.name == "work_returns"]
+    returns = {(i % 10) * 100 - 200 + (0x5000 if i % 2 else 0x3500) for i in range(100)}
+    assert {sample.labels["retval"]: sample.value for sample in family.samples} == {str(r): 10.0 for r in returns}
+
+
 def scrape(port: int, accept: str) -> tuple[str, str]:
     """GET /metrics asking for one format: the content type served and the page."""
     request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers={"Accept": accept})
