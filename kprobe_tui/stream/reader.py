@@ -200,7 +200,7 @@ class RawPagesSource:
         self._names: dict[int, tuple[str, int | None]] = {}  # pid -> its comm and tgid, as of these records
         self._tgids: dict[int, int] = {}  # saved_tgids as read last, empty unless the instance records tgids
         self._saved = b""  # saved_cmdlines as read after these records (each line after a newline), or b""
-        self._exited: dict[int, str] = {}  # exited tasks' names, as read after their records; forgotten each second
+        self._recent: dict[int, tuple[str, int | None]] = {}  # names looked up in the last second (see _name)
         self._options_read = 0.0  # when the options and saved_tgids were read last (monotonic)
         self._flags_column = self._tgid_column = True  # the irq-info and record-tgid options
         # A record's common fields (type, flags, pid) -> its event's type, the fields they give (pid, tgid, comm,
@@ -317,27 +317,29 @@ class RawPagesSource:
         it is next switched out after an event, so a snapshot read before a record was written may hold the
         pid's previous owner's name, or its name before an exec (a once-a-second snapshot named 4 of 60 short
         runs after node threads that had had their pids). A living task's name is its own (/proc); an exited
-        one's is saved_cmdlines', read after its records were: once in a batch that has one (3.5 ms for its 6552
-        names here, searched as bytes: 15 ms parsed whole), as the text looks each up when it prints. The tgid
-        likewise: a living task's from /proc, else saved_tgids' (read once a second: 17 ms here)."""
+        one's is the one it had when last looked up in this second, else saved_cmdlines', read after its records
+        were. That read is kept rare: 3.5 ms for its 6552 names here, during which the kernel's saves of names
+        fail (trace_save_cmdline's trylock), so a short-lived task exiting then keeps its pid's previous name.
+        The tgid likewise: a living task's from /proc, else saved_tgids' (read once a second: 17 ms here)."""
         comm = proc_comm(pid)
         if comm is not None:
-            return comm, proc_tgid(pid) if self._tgid_column else None
-        if pid in self._exited:  # a drained burst of an exited task spans many batches: one read, not one each
-            return self._exited[pid], self._tgids.get(pid)
+            named = self._recent[pid] = (comm, proc_tgid(pid) if self._tgid_column else None)
+            return named
+        if pid in self._recent:  # exited since: its last name (a drained burst spans many batches)
+            return self._recent[pid]
         if not self._saved:
             try:
                 self._saved = b"\n" + self.instance.top.path("saved_cmdlines").read_bytes()
             except OSError:
                 self._saved = b"\n"
-        comm = self._exited[pid] = saved_comm(self._saved, pid) or UNKNOWN_COMM
-        return comm, self._tgids.get(pid)
+        named = self._recent[pid] = (saved_comm(self._saved, pid) or UNKNOWN_COMM, self._tgids.get(pid))
+        return named
 
     def _read_options(self) -> None:
         """The options that shape the text's columns, which anyone may switch at any time (a new instance takes
         the top level's: after other tests the 6.1 guest's had irq-info off), and saved_tgids."""
         self._options_read = time.monotonic()
-        self._exited.clear()
+        self._recent.clear()
         self._flags_column, self._tgid_column = _option(self.instance, "irq-info"), _option(self.instance, "record-tgid")
         for decoder in self.decoders.values():
             decoder.show_flags(self._flags_column)
