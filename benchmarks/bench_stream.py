@@ -310,6 +310,8 @@ async def bench_ui(top: Tracefs, binary: Path, calls: int) -> list[str]:
             await asyncio.sleep(0.001)
 
     async with app.run_test(size=(80, 24)):
+        await until(lambda: screen.session is not None, "the recording starts (off the UI thread)")
+        assert screen.session is not None
         screen.session.instance.tracefs.write("trace_clock", "mono", append=False)
         table = screen.query_one(EventTable)
         render_line = table.render_line

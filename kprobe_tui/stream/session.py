@@ -67,7 +67,7 @@ class TailSession:
         source = self._open()
         try:
             # The binary pages where the events' formats compile (choose_source), else the text, which
-            # KPROBE_TUI_READER=text asks for: 730k against 114k events a CPU-second (benchmarks/bench_stream.py).
+            # KPROBE_TUI_READER=text asks for: 735k against 183k events a CPU-second (benchmarks/bench_stream.py).
             self.reader = StreamReader(self.instance, self.store, on_update, interval, on_events, source=source,
                                        events=self.targets)
             # Undo runs newest first: the reader lets go of trace_pipe before the instance is removed.

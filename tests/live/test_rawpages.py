@@ -268,6 +268,11 @@ def test_an_event_the_decoder_cannot_print_is_read_from_the_text_and_the_reader_
         reader.start()
         time.sleep(0.3)
         reader.stop()
+        instance.set_option("context-info", False)  # the kernel then prints no comm, pid, CPU, flags or time
+        bare = StreamReader(instance, EventStore(100), updates.append, events=[(lifetime.run_name(), "none")])
+        assert isinstance(bare.source, TracePipeSource)
+        assert bare.notice == "option context-info off: the text trace_pipe is read, as the kernel prints it"
+        instance.set_option("context-info", True)
         instance.set_option("userstacktrace", True)
         stacks = StreamReader(instance, EventStore(100), updates.append, events=[(lifetime.run_name(), "none")])
         assert isinstance(stacks.source, TracePipeSource)
