@@ -61,8 +61,7 @@ def leftovers(tracefs_root: Path, program: Path) -> list[str]:
 @pytest.mark.parametrize("argv", [["count", "-x", "{program}", "work", "-d", "1"],
                                   ["hist", "-x", "{program}", "work", "r->n", "-d", "1"],
                                   ["latency", "-x", "{program}", "work", "-d", "1"],
-                                  ["export", "{config}", "--once", "-d", "1"], ["list"], ["cleanup"],
-                                  ["snapshot", "{archive}"]])
+                                  ["export", "{config}", "--once", "-d", "1"], ["cleanup"], ["snapshot", "{archive}"]])
 def test_a_full_device_is_a_message_for_the_commands_on_the_kernel(struct_program, tracefs_root, tmp_path, argv):
     config = tmp_path / "export.toml"
     config.write_text(f'[[metric]]\nname = "calls"\nkind = "count"\nbinary = "{struct_program}"\nprobe = "work"\n')
@@ -72,12 +71,13 @@ def test_a_full_device_is_a_message_for_the_commands_on_the_kernel(struct_progra
 
 
 
-def test_a_full_device_is_a_message_for_tail(struct_program, tracefs_root):
-    """tail prints only events: a probe of ours on work(), hit while it runs."""
+def test_a_full_device_is_a_message_for_tail_and_list(struct_program, tracefs_root):
+    """tail prints only events and list only probes (none on an idle machine): a probe of ours on work(), hit."""
     group = f"kptfull_{os.getpid()}"
     top = Tracefs(tracefs_root)
     top.write("uprobe_events", f"p:{group}/work {struct_program}:0x{ElfSymbols(struct_program).function('work').file_offset:x}\n")
     try:
+        assert_full_device_is_a_message(["list"])
         with calling(struct_program):
             assert_full_device_is_a_message(["tail", f"{group}/work", "--duration", "3"], timeout=120)
     finally:
