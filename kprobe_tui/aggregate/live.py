@@ -1,7 +1,8 @@
 """The live aggregation the statistics view shows: its question (``StatsRequest``) and the worker that
 runs it (``StatsRunner``), as ``probes.form`` is the builder's. No Textual here: the view draws what
 the runner reports; the CLI's ``count``, ``hist`` and ``latency`` build the same targets
-(``targets.run_builder``) and run the same ``run.AggregationRun``.
+(``targets.run_builder``) and run the same ``run.AggregationRun`` (``stackrun.StackRun`` for a count
+keyed by stack, as ``count --by stack`` runs it).
 
 Changing the key, the value or the buckets makes a new request and a new run (the kernel engine's
 triggers are made for one question); interval or cumulative is only a choice of what to show.
@@ -19,12 +20,14 @@ from typing import TypeVar
 
 from kprobe_tui.aggregate.model import Aggregation, Field, Linear, Log2, keys_offered
 from kprobe_tui.aggregate.run import AggregationRun
+from kprobe_tui.aggregate.stackrun import STACK_KEY, StackRun
 from kprobe_tui.aggregate.targets import GLOB_CHARACTERS, TargetBuilder, Targets, run_builder
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.events import DynamicEvent
+from kprobe_tui.kernel.tracefs import Tracefs
 from kprobe_tui.probes.edit import edit_target
 
-__all__ = ["LINEAR_BUCKETS", "REFRESH_SECONDS", "StatsRequest", "StatsRunner", "handoff", "nice_linear",
+__all__ = ["LINEAR_BUCKETS", "REFRESH_SECONDS", "STACK_KEY", "StatsRequest", "StatsRunner", "handoff", "nice_linear",
            "probe_request"]
 
 T = TypeVar("T")
@@ -36,8 +39,8 @@ LINEAR_BUCKETS = 10  # a linear scale derived from the values seen: about this m
 @dataclass(frozen=True)
 class StatsRequest:
     """The question: where (``spec``: perf-syntax words, as ``kprobe-tui probe`` takes them), and the
-    choices the view cycles through: key (None, comm, pid, probe, a field), value (count, a field,
-    latency) and, for a histogram, linear buckets (None: log2)."""
+    choices the view cycles through: key (None, comm, pid, probe, a field, the stack of a count), value
+    (count, a field, latency) and, for a histogram, linear buckets (None: log2)."""
 
     spec: tuple[str, ...]
     binary: str | None = None
@@ -57,8 +60,9 @@ class StatsRequest:
         return self.value if self.value in ("count", "latency") else "hist"
 
     def keys_offered(self) -> list[str | None]:
-        """None (one total) and what the model lets this kind be keyed by."""
-        return [None, *keys_offered(self.kind, self.fields, several_probes=self.glob)]
+        """None (one total), what the model lets this kind be keyed by and, for a count, the stack."""
+        stack = [STACK_KEY] if self.kind == "count" else []
+        return [None, *keys_offered(self.kind, self.fields, several_probes=self.glob), *stack]
 
     def values_offered(self) -> list[str]:
         return ["count", *self.fields, *(["latency"] if self.function and not self.glob else [])]
@@ -79,7 +83,8 @@ class StatsRequest:
         return self.function
 
     def aggregation(self) -> Aggregation:
-        keys = (Field(self.key),) if self.key else ()
+        """The model's question; the stack is no field of it (``StackRun`` keys by it)."""
+        keys = (Field(self.key),) if self.key and self.key != STACK_KEY else ()
         if self.kind == "hist":
             return Aggregation("hist", keys, Field(self.value), self.linear or Log2())
         return Aggregation(self.kind, keys)
@@ -99,7 +104,14 @@ class StatsRequest:
         if self.kind == "hist":
             words, value = self._split_value()
             return builder.histogram(shlex.join(words), value, aggregation, "")
-        return builder.counting([shlex.join(self.spec)], aggregation, "")
+        return builder.counting([shlex.join(self.spec)], aggregation, "", stacks=self.key == STACK_KEY)
+
+    def run(self, top: Tracefs, builder: TargetBuilder) -> tuple[AggregationRun | StackRun, Targets]:
+        """The run that answers it, not started, and its targets."""
+        targets = self.targets(builder)
+        if self.key == STACK_KEY:
+            return StackRun(top, targets, engine=self.engine), targets
+        return AggregationRun(top, self.aggregation(), targets, engine=self.engine), targets
 
     def command(self) -> list[str]:
         """The same question on the command line (what an administrator runs in lab mode)."""
@@ -176,7 +188,7 @@ class StatsRunner:
         self.sources = sources
         self.alive = alive
         self.report: Callable[[tuple], None] = _drop
-        self.run: AggregationRun | None = None
+        self.run: AggregationRun | StackRun | None = None
         self.native_id: int | None = None  # the worker's thread, once it runs
         self.closed = threading.Event()  # set once everything the view made is gone
         self._asks: queue.SimpleQueue = queue.SimpleQueue()  # (generation, request), or None: close
@@ -221,8 +233,7 @@ class StatsRunner:
     def _start(self, generation: int, request: StatsRequest) -> bool:
         try:
             top, builder = run_builder(self.sources, request.binary)
-            targets = request.targets(builder)
-            run = AggregationRun(top, request.aggregation(), targets, engine=request.engine)
+            run, targets = request.run(top, builder)
             run.start()
         except UserError as exc:
             self.report(("failed", generation, (str(exc),)))

@@ -16,13 +16,15 @@ import os
 import re
 import threading
 import time
+from collections import deque
 from dataclasses import replace
 
 from kprobe_tui.aggregate.kernel_engine import BUFFER_KB as KERNEL_BUFFER_KB
 from kprobe_tui.aggregate.kernel_engine import _InstanceOwner
 from kprobe_tui.aggregate.model import Aggregation, Field
 from kprobe_tui.aggregate.offer import Choice, choose
-from kprobe_tui.aggregate.run import ProbeRun
+from kprobe_tui.aggregate.result import Entry, Result, Stats
+from kprobe_tui.aggregate.run import RATE_HISTORY, ProbeRun, Sample
 from kprobe_tui.aggregate.targets import CALLER_ARGUMENT, COMM_ARGUMENT, Target, Targets
 from kprobe_tui.aggregate.triggers import Trigger
 from kprobe_tui.aggregate.user_engine import BUFFER_KB, InstanceReader
@@ -257,6 +259,8 @@ class StackRun(ProbeRun[StackEngine]):
         super().__init__(top, targets, filter_text, engine)
         self.by_comm = by_comm
         self.limit = max_stacks()
+        self.rates: deque[float] = deque(maxlen=RATE_HISTORY)
+        self._sampled = StackTable(self.limit)  # the counts at the previous sample
 
     def _choose(self) -> Choice:
         refusal = self._plan_filter()
@@ -280,9 +284,31 @@ class StackRun(ProbeRun[StackEngine]):
 
     def collect(self) -> StackTable:
         with self._lock:
-            if not self._running:
-                raise RuntimeError("collect() before start() or after stop()")
-            return self._running_engine()[1].collect()
+            return self._collect()
+
+    def _collect(self) -> StackTable:
+        if not self._running:
+            raise RuntimeError("collect() or sample() before start() or after stop()")
+        return self._running_engine()[1].collect()
+
+    def sample(self) -> Sample:
+        """What ``AggregationRun.sample`` gives, so the statistics view drives either run: the counts since
+        the previous sample and since the start, keyed by stack (a tuple of frames, outermost first)."""
+        with self._lock:
+            table = self._collect()
+            now = time.time()
+            sample = Sample(self.result(table.since(self._sampled), self._last, now), self.result(table, self._started, now))
+            self._sampled, self._last = table, now
+        self.rates.append(sample.rate)
+        return sample
+
+    def result(self, table: StackTable, start: float, end: float) -> Result:
+        """The stacks as a count keyed by ``stack`` (and ``comm``), most hits first."""
+        entries = tuple(Entry((stack,) if comm is None else (stack, comm), Stats(count)) for (stack, comm), count
+                        in sorted(table.counts.items(), key=lambda item: item[1], reverse=True))
+        return Result("count", self.engine.name if self.engine else "", start, end,
+                      (STACK_KEY, "comm") if self.by_comm else (STACK_KEY,), None, entries,
+                      Stats(sum(table.counts.values())), None, dropped=table.dropped, lost=table.lost)
 
     def stop(self) -> StackTable | None:
         """The last counts, then remove the triggers, the instance and the probes. Safe to call twice."""

@@ -161,7 +161,7 @@ async def test_histogram_of_a_field_log2_then_linear(work_probe):
         panel = app.screen
         await pilot.press("slash", *ADMIN, "enter")
         await until(pilot, lambda: list(panel.shown) == [f"{ADMIN}/work"], "the panel shows the probe")
-        await pilot.press("a", "k", "k", "k", "k", "v")  # key: comm -> pid -> len -> port -> none; value: len
+        await pilot.press("a", "k", "k", "k", "k", "k", "v")  # key: comm -> pid -> len -> port -> stack -> none; value: len
         screen = await running(pilot)
         assert (screen.request.key, screen.request.value) == (None, "len")
         run_workload(work_probe, "values", "100")

@@ -15,7 +15,7 @@ from kprobe_tui.tui.screens.stats import StatsRequest, nice_linear, probe_reques
 def test_a_probe_offers_its_captured_fields_and_its_function_latency():
     request = probe_request(parse_definition("p:grp/ev tcp_sendmsg+0 size=%dx:u64 sk=%di:x64", False))
     assert request.spec == ("tcp_sendmsg", "size=%dx:u64", "sk=%di:x64") and request.function == "tcp_sendmsg"
-    assert request.keys_offered() == [None, "comm", "pid", "size", "sk"]
+    assert request.keys_offered() == [None, "comm", "pid", "size", "sk", "stack"]
     assert request.values_offered() == ["count", "size", "sk", "latency"]
     ret = probe_request(parse_definition("r:grp/ev2 tcp_sendmsg ret=$retval:s32", False))
     assert ret.spec == ("tcp_sendmsg%return", "ret=$retval:s32") and ret.fields == ("ret",)
@@ -28,7 +28,7 @@ def test_kinds_the_view_cannot_take_are_refused_with_the_reason():
 
 def test_choices_cycle_and_a_key_latency_cannot_have_falls_back_to_none():
     request = probe_request(parse_definition("p:grp/ev tcp_sendmsg size=%dx:u64", False))
-    assert [request := request.cycled("key") for _ in range(4)][-1].key == "comm"  # comm pid size none comm
+    assert [request := request.cycled("key") for _ in range(5)][-1].key == "comm"  # comm pid size stack none comm
     keyed = StatsRequest(request.spec, fields=request.fields, function="tcp_sendmsg", key="size")
     latency = keyed.cycled("value").cycled("value")
     assert (latency.value, latency.key) == ("latency", None)

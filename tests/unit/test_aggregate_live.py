@@ -24,8 +24,8 @@ def test_the_model_loads_no_terminal_library():
 
 
 def test_the_keys_offered_are_the_model_own():
-    assert StatsRequest(("work", "len=%di:s64"), fields=("len",)).keys_offered() == [None, "comm", "pid", "len"]
-    assert StatsRequest(("work*",)).keys_offered() == [None, *HEADER_KEYS]  # a glob: per probe too
+    assert StatsRequest(("work", "len=%di:s64"), fields=("len",)).keys_offered() == [None, "comm", "pid", "len", "stack"]
+    assert StatsRequest(("work*",)).keys_offered() == [None, *HEADER_KEYS, "stack"]  # a glob: per probe too
     assert StatsRequest(("work",), function="work", value="latency").keys_offered() == [None, *LATENCY_KEYS]
 
 

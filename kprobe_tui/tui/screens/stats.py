@@ -17,7 +17,7 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Input, Sparkline, Static
 
-from kprobe_tui.aggregate.live import StatsRequest, StatsRunner, handoff, nice_linear, probe_request
+from kprobe_tui.aggregate.live import STACK_KEY, StatsRequest, StatsRunner, handoff, nice_linear, probe_request
 from kprobe_tui.aggregate.model import Linear, parse_linear
 from kprobe_tui.aggregate.offer import Choice
 from kprobe_tui.aggregate.result import Result
@@ -34,7 +34,7 @@ from kprobe_tui.tui.widgets.stats_table import StatsTable
 from kprobe_tui.tui.work import Background
 
 RATE_SECONDS = 60  # sparkline history, as the events screen keeps it
-STACK_KEY = "stack"  # a result keyed by it has stacks (tuples of frames, outermost first) as key values
+CALLED_FROM = " ← "  # between a stack's frames in its row, innermost first: the probed function leads
 # The model's names the app and the screens that open this view import from here.
 __all__ = ["StatsRequest", "StatsScreen", "handoff", "nice_linear", "probe_request"]
 
@@ -154,8 +154,20 @@ class StatsScreen(Screen):
         # bars (no scale): an idle probe shows none
         history = ([0.0] * RATE_SECONDS + self.rates)[-RATE_SECONDS:]
         self.query_one("#rates", Sparkline).data = history if any(history) else []
-        self.query_one(StatsTable).show(result, isinstance(request.linear, Linear))
+        self.query_one(StatsTable).show(self._readable(result), isinstance(request.linear, Linear))
         self.query_one("#summary", Static).update(plain(self._summary(result)))
+
+    @staticmethod
+    def _readable(result: Result | None) -> Result | None:
+        """A result keyed by stack (tuples of frames, outermost first) with each stack as one line, innermost
+        frame first: the probed function and its callers are what a row's width keeps, where stacks part."""
+        if result is None or STACK_KEY not in result.key_names:
+            return result
+        at = result.key_names.index(STACK_KEY)
+        entries = tuple(replace(entry, key=tuple(CALLED_FROM.join(reversed(part)) if index == at else part
+                                                 for index, part in enumerate(entry.key)))
+                        for entry in result.entries)
+        return replace(result, entries=entries)
 
     @staticmethod
     def _summary(result: Result | None) -> str:

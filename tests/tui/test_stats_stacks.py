@@ -1,0 +1,81 @@
+"""The statistics view keyed by stack, under Pilot, on real uprobes on a program built with frame pointers
+(tests/live/test_stacks_live.py's: leaf() called 5 times from via_a() and 3 times from via_b()): ``k`` to the
+stack counts what ``count --by stack`` counts of the same calls, ``f`` draws them as a flame graph, and
+nothing of the view stays in the kernel once it closes."""
+
+from __future__ import annotations
+
+import subprocess
+from collections import Counter
+
+import pytest
+
+from kprobe_tui.kernel.sources import locate
+from kprobe_tui.probes.binary import BinaryCatalog
+from kprobe_tui.stream.stacks import frame_symbol
+from kprobe_tui.tui.app import KprobeTui
+from kprobe_tui.tui.screens.flame import FlameScreen
+from kprobe_tui.tui.screens.stats import StatsRequest, StatsScreen
+from tests.aggregate_cli import Aggregation
+from tests.live.test_stacks_live import VIA_A, VIA_B, build
+from tests.tui.states import until
+from tests.tui.test_stats import answered, clean, closed, counts, drawn, running  # noqa: F401 (clean: a fixture)
+
+pytestmark = pytest.mark.live
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory):
+    return build(tmp_path_factory.mktemp("stats_stacks"), "kpt_stats_stk", "-fno-omit-frame-pointer")
+
+
+async def test_k_to_the_stack_counts_what_the_cli_counts_and_f_draws_them(program, clean):  # noqa: F811
+    cli = Aggregation("count", "-x", str(program), "leaf", "--by", "stack")
+    app = KprobeTui(locate(), BinaryCatalog(str(program)))
+    try:
+        async with app.run_test(size=(120, 30)) as pilot:
+            app.push_screen(StatsScreen(StatsRequest(("leaf",), str(program), key="comm"), app.sources))
+            screen = await running(pilot)
+            await pilot.press("k", "k")  # comm -> pid -> stack
+            assert screen.request.key == "stack" and "by stack" in str(screen.query_one("#title").render())
+            screen = await running(pilot)
+            assert screen.choice.engine == "user" and "userstacktrace" in screen.choice.reason
+            cli.ready()
+            subprocess.run([str(program)], check=True)
+            await answered(pilot, screen, VIA_A + VIA_B)
+            record = cli.final()
+
+            shown = counts(screen)
+            assert shown == {tuple(entry["stack"]): entry["count"] for entry in record["stacks"]}
+            callers: Counter = Counter()
+            for stack, hits in shown.items():
+                callers[tuple(map(frame_symbol, stack[-3:]))] += hits
+            assert callers == {("main", "via_a", "leaf"): VIA_A, ("main", "via_b", "leaf"): VIA_B}
+            rows = drawn(screen).splitlines()
+            assert rows[0].split() == ["STACK", "COUNT"]
+            # a row: the innermost frames first, the most hits first
+            assert rows[1].startswith(f"leaf+0x0 [{program.name}] ← via_a+") and f" {VIA_A} |" in rows[1]
+            # -O1 unrolls via_b's loop: three calls from three places in main, one hit each
+            assert all(row.startswith(f"leaf+0x0 [{program.name}] ← via_b+") for row in rows[2:])
+
+            await pilot.press("f")
+            await until(pilot, lambda: isinstance(app.screen, FlameScreen), "the flame graph opens")
+            flame = app.screen
+            assert flame.flame.total == screen.sample.total.count == VIA_A + VIA_B
+            assert "count leaf · by stack" in str(flame.query_one("#flame-title").render())
+            await pilot.press("escape")
+            await until(pilot, lambda: app.screen is screen, "escape goes back to the view")
+            await closed(pilot, screen)
+    finally:
+        if cli.proc.poll() is None:
+            cli.finish()
+
+
+def test_the_stack_key_is_offered_for_a_count_only():
+    request = StatsRequest(("work", "len=%di:s64"), fields=("len",), function="work")
+    assert request.keys_offered()[-1] == "stack"
+    assert request.command()[-2:] != ["--by", "stack"]
+    keyed = StatsRequest(("work", "len=%di:s64"), "/opt/prog", fields=("len",), function="work", key="stack")
+    assert keyed.command() == ["kprobe-tui", "count", "-x", "/opt/prog", "work len=%di:s64", "--by", "stack"]
+    assert keyed.cycled("value").key is None  # a histogram of len is not keyed by stack
+    assert "stack" not in keyed.cycled("value").keys_offered()
