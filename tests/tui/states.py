@@ -356,6 +356,12 @@ def _replayed_stats(kind: str):
                   (512, 1024, 8), (1024, 2048, 2), (2048, 4096, 3)]
         result = Result("latency", "kernel", 0.0, 30.0, (), "usecs", (), Stats(282, 35485, 14, 2789),
                         tuple(Bucket(*bucket) for bucket in counts), unit="us")
+    elif kind == "stack":
+        request = StatsRequest(("kmem_cache_alloc",), key="stack")
+        stacks = sorted(guest_stacks().items(), key=lambda item: item[1], reverse=True)
+        result = Result("count", "kernel", 0.0, 30.0, ("stack",), None,
+                        tuple(Entry((stack,), Stats(count)) for stack, count in stacks),
+                        Stats(sum(count for _, count in stacks)), None)
     else:
         request = StatsRequest(("vfs_read",), key="comm")
         keyed = [("dd", 165), ("grep", 48), ("ls", 45), ("cat", 21), ("systemd-journal", 12), ("sshd", 9),
@@ -370,6 +376,13 @@ def _replayed_stats(kind: str):
 async def to_stats(pilot: Pilot) -> None:
     """The statistics view of vfs_read's latency (replayed: the guest's answer, no kernel)."""
     await pilot.app.push_screen(_replayed_stats("latency"))
+    await settled(pilot)
+
+
+async def to_stats_stack(pilot: Pilot) -> None:
+    """The statistics view counting kmem_cache_alloc's calls per kernel stack (the 6.1 guest's, as bpftrace
+    counted them): a row a stack, its innermost frames first."""
+    await pilot.app.push_screen(_replayed_stats("stack"))
     await settled(pilot)
 
 
@@ -442,6 +455,7 @@ STATES = [
     State("functions-no-kprobes", kernel_without_kprobes_app, to_functions),
     State("stats", kernel_app, to_stats),
     State("stats-count", kernel_app, to_stats_count),
+    State("stats-stack", kernel_app, to_stats_stack),
     State("graph", kernel_app, to_graph),
     State("flame", kernel_app, to_flame),
     State("flame-search", kernel_app, to_flame_search),

@@ -53,10 +53,12 @@ async def test_k_to_the_stack_counts_what_the_cli_counts_and_f_draws_them(progra
             assert callers == {("main", "via_a", "leaf"): VIA_A, ("main", "via_b", "leaf"): VIA_B}
             rows = drawn(screen).splitlines()
             assert rows[0].split() == ["STACK", "COUNT"]
-            # a row: the innermost frames first, the most hits first
-            assert rows[1].startswith(f"leaf+0x0 [{program.name}] ← via_a+") and f" {VIA_A} |" in rows[1]
+            # a row: the innermost frames first (leaf's, on every stack, said once below), the most hits first
+            assert rows[1].startswith("← via_a+") and f" {VIA_A} |" in rows[1]
             # -O1 unrolls via_b's loop: three calls from three places in main, one hit each
-            assert all(row.startswith(f"leaf+0x0 [{program.name}] ← via_b+") for row in rows[2:])
+            assert all(row.startswith("← via_b+") for row in rows[2:])
+            summary = str(screen.query_one("#summary").render())
+            assert summary == f"count {VIA_A + VIA_B} in {len(shown)} keys · every stack ends in leaf+0x0 [{program.name}]"
 
             await pilot.press("f")
             await until(pilot, lambda: isinstance(app.screen, FlameScreen), "the flame graph opens")
@@ -79,3 +81,26 @@ def test_the_stack_key_is_offered_for_a_count_only():
     assert keyed.command() == ["kprobe-tui", "count", "-x", "/opt/prog", "work len=%di:s64", "--by", "stack"]
     assert keyed.cycled("value").key is None  # a histogram of len is not keyed by stack
     assert "stack" not in keyed.cycled("value").keys_offered()
+
+
+async def test_a_frame_is_left_out_of_the_rows_only_when_every_stack_ends_in_it():
+    """A glob's stacks end in different functions, and a stack of one frame has no caller to show: each
+    row is then the whole stack, innermost first."""
+    from kprobe_tui.aggregate.offer import Choice
+    from kprobe_tui.aggregate.result import Entry, Result, Stats
+    from kprobe_tui.aggregate.run import Sample
+    from kprobe_tui.tui.widgets.stats_table import StatsTable
+
+    for stacks, rows in (({("main", "a"): 2, ("main", "b"): 1}, ["a ← main", "b ← main"]),
+                         ({("main", "a"): 2, ("a",): 1}, ["a ← main", "a"]),
+                         ({("main", "a"): 2, ("other", "a"): 1}, ["← main", "← other"])):
+        entries = tuple(Entry((stack,), Stats(count)) for stack, count in stacks.items())
+        result = Result("count", "kernel", 0.0, 1.0, ("stack",), None, entries, Stats(3), None)
+        screen = StatsScreen.replay(StatsRequest(("a*",), key="stack"), Sample(result, result), [], Choice("kernel", "hist", ""))
+        app = KprobeTui(locate())
+        async with app.run_test(size=(80, 24)) as pilot:
+            await app.push_screen(screen)
+            await pilot.pause()
+            drawn_rows = [line.plain.split("  ")[0].strip() for line in screen.query_one(StatsTable).lines()[1:]]
+            assert drawn_rows == rows
+            assert ("every stack ends in a" in str(screen.query_one("#summary").render())) == rows[0].startswith("←")

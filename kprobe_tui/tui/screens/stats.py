@@ -158,19 +158,30 @@ class StatsScreen(Screen):
         self.query_one("#summary", Static).update(plain(self._summary(result)))
 
     @staticmethod
-    def _readable(result: Result | None) -> Result | None:
+    def _shared_frame(result: Result | None) -> str | None:
+        """The innermost frame of every stack, when each has callers below it: the probed function, which
+        a row leaves out and the summary names (at 80 columns ``kmem_cache_alloc+0x1 ← `` took a third of
+        the room the callers have)."""
+        if result is None or STACK_KEY not in result.key_names or not result.entries:
+            return None
+        at = result.key_names.index(STACK_KEY)
+        innermost = {entry.key[at][-1] if len(entry.key[at]) > 1 else None for entry in result.entries}
+        return innermost.pop() if len(innermost) == 1 else None
+
+    def _readable(self, result: Result | None) -> Result | None:
         """A result keyed by stack (tuples of frames, outermost first) with each stack as one line, innermost
-        frame first: the probed function and its callers are what a row's width keeps, where stacks part."""
+        frame first: the callers nearest the probe are what a row's width keeps, and where stacks part."""
         if result is None or STACK_KEY not in result.key_names:
             return result
         at = result.key_names.index(STACK_KEY)
-        entries = tuple(replace(entry, key=tuple(CALLED_FROM.join(reversed(part)) if index == at else part
-                                                 for index, part in enumerate(entry.key)))
+        cut = 1 if self._shared_frame(result) else 0
+        lead = CALLED_FROM.lstrip() if cut else ""  # "← caller": the row begins below the frame left out
+        entries = tuple(replace(entry, key=tuple(lead + CALLED_FROM.join(reversed(part[:len(part) - cut])) if index == at
+                                                 else part for index, part in enumerate(entry.key)))
                         for entry in result.entries)
         return replace(result, entries=entries)
 
-    @staticmethod
-    def _summary(result: Result | None) -> str:
+    def _summary(self, result: Result | None) -> str:
         if result is None:
             return ""
         if result.kind == "count":
@@ -179,7 +190,8 @@ class StatsScreen(Screen):
         else:
             text = stats_line(result.total, result.unit)
         notes = [f"{name} {getattr(result, name):,}" for name in ("lost", "dropped", "unmatched") if getattr(result, name)]
-        return text + (f" · {', '.join(notes)}" if notes else "")
+        shared = self._shared_frame(result)
+        return text + (f" · {', '.join(notes)}" if notes else "") + (f" · every stack ends in {shared}" if shared else "")
 
     # --- choices ------------------------------------------------------------------------------------------
 
