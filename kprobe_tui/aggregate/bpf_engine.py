@@ -21,10 +21,14 @@ from collections import Counter
 from kprobe_tui.aggregate.model import Aggregation
 from kprobe_tui.aggregate.tally import Tally
 from kprobe_tui.aggregate.targets import Target
+from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import bpf, lifetime
 from kprobe_tui.kernel.bpf import Assembler, alu, call, exit_, load, load_map, store, store_imm
+from kprobe_tui.kernel.btf import Btf
 from kprobe_tui.kernel.perfevent import read_event_id
 from kprobe_tui.kernel.tracefs import Tracefs
+from kprobe_tui.probes.rawfetch import ARG_REGISTERS
+from kprobe_tui.stream.filterexpr import field_layout
 
 # Distinct keys kept; more are counted as dropped, as a full hist table's are. A key is 32 bytes: with
 # its hash map's own overhead about 100 bytes, 3.2 MB preallocated.
@@ -33,8 +37,7 @@ MAX_THREADS = 16384  # latency: calls in flight, one entry each (a thread is in 
 # Where each register is in x86-64's struct pt_regs, as the kernel's fetch-args name them.
 PT_REGS = {"r15": 0, "r14": 8, "r13": 16, "r12": 24, "bp": 32, "bx": 40, "r11": 48, "r10": 56, "r9": 64, "r8": 72,
            "ax": 80, "cx": 88, "dx": 96, "si": 104, "di": 112, "ip": 128, "sp": 152}
-_FETCH = re.compile(r"^(?:%(?P<reg>\w+)|\$retval|(?P<off>[+-]?\d+)\(%(?P<base>\w+)\))$")
-_TYPE = re.compile(r"^(?P<sign>[usx])(?P<bits>8|16|32|64)$")
+_FETCH = re.compile(r"^(?:%(?P<reg>\w+)|\$retval|\$arg(?P<arg>[1-6])|(?P<off>[+-]?\d+)\(%(?P<base>\w+)\)|(?P<name>[A-Za-z_]\w*))$")
 PROBE_READ_USER, PROBE_READ_KERNEL = 112, 113
 # The stack: the map key (comm[16], tid u32, probe u32, value u64), then scratch words below it.
 KEY, TID, PROBE, VALUE, SCRATCH, ONE, START = -32, -16, -12, -8, -40, -48, -56
@@ -58,24 +61,37 @@ def unfit(aggregation: Aggregation, targets: list[Target], arguments: dict[str, 
     return None
 
 
-def _value_source(target: Target, argument: str) -> tuple[str, int, int, str] | None:
-    """(register, offset or -1 for the register itself, bytes, sign) of a captured value, or None."""
+def _value_source(target: Target, argument: str) -> tuple[str, int] | None:
+    """Where a captured value is: (register, -1) for the register itself, (register, offset) for one load from
+    the register's address; None where it is neither (its size and sign come from the event's format)."""
     found = next((arg for arg in target.probe.args if arg.name == argument), None)
-    if found is None:
+    fetch = _FETCH.match(found.fetch) if found is not None else None
+    if fetch is None:
         return None
-    fetch, kind = _FETCH.match(found.fetch), _TYPE.match(found.type or "u64")
-    if fetch is None or kind is None:
-        return None
-    register = "ax" if found.fetch == "$retval" else fetch["reg"] or fetch["base"]
-    if register not in PT_REGS:
-        return None
-    return register, int(fetch["off"]) if fetch["off"] is not None else -1, int(kind["bits"]) // 8, kind["sign"]
+    if fetch["off"] is not None:
+        register, offset = fetch["base"], int(fetch["off"])
+    elif fetch.group(0) == "$retval":
+        register, offset = "ax", -1
+    elif fetch["arg"] or fetch["name"]:  # a parameter at entry: its calling-convention register
+        index = int(fetch["arg"]) - 1 if fetch["arg"] else _parameter(target, fetch["name"])
+        if target.probe.spec.is_return or index is None or index >= len(ARG_REGISTERS):
+            return None
+        register, offset = ARG_REGISTERS[index], -1
+    else:
+        register, offset = fetch["reg"], -1
+    return (register, offset) if register in PT_REGS else None
 
 
-def _source(target: Target, arguments: dict[str, str], aggregation: Aggregation) -> tuple[str, int, int, str]:
-    found = _value_source(target, arguments[aggregation.histogram_value.name])
-    assert found is not None, "unfit() refuses the values the engine cannot read"
-    return found
+def _parameter(target: Target, name: str) -> int | None:
+    """The position of a kernel function's parameter the kernel names from BTF (6.5 and later take names)."""
+    function = target.probe.function
+    if target.probe.spec.is_uprobe or function is None:
+        return None
+    try:
+        names = [param.name for param in Btf.shared().params(function)]
+    except (UserError, OSError):
+        return None
+    return names.index(name) if name in names else None
 
 
 class BpfEngine:
@@ -96,8 +112,7 @@ class BpfEngine:
         self._misses: bpf.Map | None = None  # per CPU: hits a full map could not keep, returns with no entry
         self._undo: int | None = None
         # a histogram's value per probe (its index is in every key): signed or not, as the probe's type says
-        self._signs = [aggregation.kind == "hist" and _source(target, arguments, aggregation)[3] == "s"
-                       for target in targets]
+        self._layouts: list[tuple[int, bool]] = []  # a histogram's value per probe: (bytes, signed), as formatted
 
     def start(self) -> None:
         """Make the maps, load a program per probe and attach it; on a refusal everything made is closed.
@@ -114,6 +129,10 @@ class BpfEngine:
                     self._attach(target, code)
             else:
                 for index, target in enumerate(self.targets):
+                    if self.aggregation.kind == "hist":
+                        value = self.arguments[self.aggregation.histogram_value.name]
+                        layout = field_layout(self.top.read(f"events/{target.group}/{target.event}/format"))
+                        self._layouts.append(layout.get(value, (8, False)))
                     self._attach(target, self._hit(index, target))
         except BaseException:
             self.stop()
@@ -142,7 +161,7 @@ class BpfEngine:
         code = Assembler()
         self._begin(code)
         if self.aggregation.kind == "hist":
-            self._read_value(code, target)
+            self._read_value(code, target, index)
         self._count(code, probe=index)
         return code
 
@@ -182,9 +201,11 @@ class BpfEngine:
         code.jump("==", 0, 0, "out")
         code(load(1, 0, 0), alu("+", 1, 1), store(0, 0, 1))
 
-    def _read_value(self, code: Assembler, target: Target) -> None:
-        """The captured value into HELD, as the probe's type says (sign-extended for s8..s64)."""
-        register, offset, size, sign = _source(target, self.arguments, self.aggregation)
+    def _read_value(self, code: Assembler, target: Target, index: int) -> None:
+        """The captured value into HELD, as the event's format lays it out (sign-extended where signed)."""
+        found = _value_source(target, self.arguments[self.aggregation.histogram_value.name])
+        assert found is not None, "unfit() refuses the values the engine cannot read"
+        (register, offset), (size, signed) = found, self._layouts[index]
         if offset < 0:
             code(load(HELD, CTX, PT_REGS[register]))
         else:  # one load from the register's address, through the helper (the address may fault)
@@ -193,7 +214,7 @@ class BpfEngine:
                  call(PROBE_READ_USER if target.probe.spec.is_uprobe else PROBE_READ_KERNEL), load(HELD, 10, SCRATCH))
         if size < 8:
             shift = 64 - size * 8
-            code(alu("<<", HELD, shift), alu("s>>" if sign == "s" else ">>", HELD, shift))
+            code(alu("<<", HELD, shift), alu("s>>" if signed else ">>", HELD, shift))
 
     def _count(self, code: Assembler, probe: int, value: bool = False) -> None:
         """Build the key from the aggregation's parts and add one to its count; ends the program."""
@@ -258,8 +279,8 @@ class BpfEngine:
         return self.targets[probe].label
 
     def _signed(self, value: int, probe: int) -> int:
-        """A histogram's value as its probe's type says: the map holds 64 bits, sign-extended for s-types."""
-        return value - (1 << 64) if value >= 1 << 63 and self._signs[probe] else value
+        """A histogram's value as its event's format says: the map holds 64 bits, sign-extended where signed."""
+        return value - (1 << 64) if value >= 1 << 63 and self._layouts[probe][1] else value
 
     def drain(self) -> None:
         """Nothing is in flight: every hit is in the map when its program returns."""
