@@ -231,3 +231,18 @@ async def test_a_snapshots_kernel_function_advises_that_kernels_debug_info_not_t
         said = str(screen.query_one("#source-title", Static).render()) + str(screen.query_one("#missing", Static).render())
         assert f"snapshot of kernel {sources.release}" in said and f"linux-image-{sources.release}-dbg" in said
         assert os.uname().release not in said
+
+
+async def test_the_variables_of_a_static_function_of_two_files_are_its_files(tmp_path):
+    """A row of the list names one file's copy (``twin@catalog_other.c``): the pane gives that copy's
+    variables, as ``perf probe -V twin@catalog_other.c`` does (the name alone was 'not found')."""
+    c_dir = Path(__file__).parent / "c"
+    binary = tmp_path / "twins"
+    subprocess.run(["gcc", "-O0", "-g", "-o", str(binary), str(c_dir / "catalog_main.c"), str(c_dir / "catalog_other.c")],
+                   check=True)
+    screen = SourceScreen(DebugTarget(binary=str(binary)), "twin@catalog_other.c")
+    app = SourceApp(screen)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await settle(app, pilot)
+        assert "not found" not in pane_text(screen)
+        assert "Available variables at twin@catalog_other.c" in pane_text(screen) and "int x" in pane_text(screen)

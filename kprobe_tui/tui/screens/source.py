@@ -239,7 +239,8 @@ class SourceScreen(Screen):
             self.work.run("vars", self._variables_at, self.info, line, self.verbose, then=self._show_variables)
 
     def _variables_at(self, info: DebugInfo, line: int, verbose: bool) -> tuple[int, str, list[str]]:
-        spec = PointSpec(self.function, line=line - self.decl_line)
+        name, _, file = self.function.partition("@")  # a static function of two files: twin@other.c
+        spec = PointSpec(name, file or None, line=line - self.decl_line)
         try:
             points = info.probe_points(spec)
         except UserError as error:
