@@ -33,10 +33,12 @@ from kprobe_tui.stream.filterexpr import FilterError, compile_filter, parse
 from kprobe_tui.stream.parser import Event
 from kprobe_tui.stream.reader import StreamUpdate
 from kprobe_tui.stream.session import FilterPlan, StudentSession, TailSession
+from kprobe_tui.stream.stacks import StackCounts, StackTable, add_event_stack, max_stacks
 from kprobe_tui.stream.store import DEFAULT_CAPACITY, EventStore
 from kprobe_tui.textsafe import printable
 from kprobe_tui.tui.navigation import Back, OpenStats
 from kprobe_tui.tui.plain import plain
+from kprobe_tui.tui.screens.flame import OpenFlame
 from kprobe_tui.tui.theming import LAYOUT
 from kprobe_tui.tui.tracing import RunTracing
 from kprobe_tui.tui.widgets.event_table import EventTable, show_value
@@ -56,6 +58,15 @@ class LineProbe(NamedTuple):
 
     place: str  # work:3, as the builder was asked and the count names it
     addresses: dict[int, str]  # work+33, by offset in a page (uprobe_places); empty for one address
+
+
+def event_stacks(events: list[Event]) -> StackCounts:
+    """The events' kernel stacks counted (outermost first), as a flame graph takes them; events without one
+    (stacks were off when they came) are left out."""
+    table = StackTable(max_stacks())
+    for event in events:
+        add_event_stack(table, event.stack)
+    return table.stacks()
 
 
 def line_probes_of(events: Events, targets: list[tuple[str, str]]) -> dict[str, LineProbe]:
@@ -83,6 +94,7 @@ class EventsScreen(Screen):
         Binding("enter,d", "toggle_detail", "Detail"),
         Binding("s", "toggle_stack", "Stacks"),
         Binding("a", "stats", "Stats", show=False),  # listed by help and the palette; the footer is full
+        Binding("f", "flame", "Flame graph", show=False),  # of the stored events' stacks (s records them)
         Binding("x", "export('jsonl')", "Export"),
         Binding("X", "export('csv')", "CSV", show=False),
     ]
@@ -372,6 +384,21 @@ class EventsScreen(Screen):
 
     def _stacks_switched(self, _answer) -> None:
         self.notify(f"kernel stacks {'on' if self.session and self.session.stacktrace else 'off'} for new events")
+
+    def action_flame(self) -> None:
+        """The kernel stacks of the events shown (as filtered) as a flame graph, counted off the UI thread
+        (a full store is a million events)."""
+        store = self.store
+        shown = store.view_rows(0, store.view_len())
+        what = ", ".join(self.patterns or []) or "events"
+        self.work.run("flame", event_stacks, shown, then=lambda stacks: self._open_flame(stacks, what),
+                      failed=lambda exc: self.notify(str(exc), title="Flame graph", severity="error"))
+
+    def _open_flame(self, stacks: StackCounts, what: str) -> None:
+        if not stacks:
+            self.notify("no kernel stacks among the events shown: s records them for new events", severity="warning")
+            return
+        self.post_message(OpenFlame(stacks, f"{what} · kernel stacks of {sum(stacks.values()):,} events"))
 
     def action_export(self, fmt: str) -> None:
         """Write the rows the view shows (filtered or not) next to where we were started."""
