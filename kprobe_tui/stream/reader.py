@@ -177,6 +177,7 @@ class TracePipeSource:
 
 
 _EVENT_NAME = itemgetter(Event._fields.index("event"))
+_EVENT_CPU = itemgetter(Event._fields.index("cpu"))
 # Options that make the kernel print other lines than ``comm-pid [cpu] flags time: event: body`` (print_trace_line).
 TEXT_ONLY_OPTIONS = ("latency-format", "raw", "hex", "bin")
 KNOWN_HEADERS = 4096  # record headers remembered (a flood of many processes' events is not remembered whole)
@@ -220,7 +221,7 @@ class RawPagesSource:
                                        _option(instance, "sym-offset"))
         except UserError:
             pass  # a stack record is then kept raw, counted as garbled
-        self._held: Event | None = None  # the newest event, while its stack may still come
+        self._held: list[Event] = []  # each CPU's newest event and those after it, while its stack may still come
 
     @property
     def garbled(self) -> int:
@@ -232,13 +233,14 @@ class RawPagesSource:
         return self.pages.fds()
 
     def read(self, deadline: float) -> SourceBatch:
-        """As the text reader's parser, the newest event waits for one more read while stacks are recorded: the
-        kernel commits a stack just after its event, and a read between the two must not part them."""
+        """While stacks are recorded, each CPU's newest event waits for one more read, with the events after it
+        (to keep their order): the kernel commits a stack just after its event, and a read between the two must
+        not part them, whatever another CPU recorded meanwhile (tests/unit/test_rawpages_stacks.py)."""
         assert self.pages is not None, "read before open"
         if time.monotonic() - self._options_read > 1.0:
             self._read_options()
-        events: list[Event] = [] if self._held is None else [self._held]
-        self._held, brought = None, False
+        events, self._held, brought = self._held, [], False
+        waited = len(events)  # these waited one read: they go now
         while True:
             records = self.pages.read()
             if records:
@@ -246,9 +248,12 @@ class RawPagesSource:
                 self._decode(records, events)
             if self.pages.drained or time.monotonic() >= deadline:
                 break
-        if self._stacks and brought and events and events[-1].event:
-            self._held = events.pop()
+        if self._stacks and brought:
+            cut = max(waited, _newest_of_each_cpu(events, waited))
+            events, self._held = events[:cut], events[cut:]
         return SourceBatch(events, b"")
+
+
 
     def _decode(self, records: list[tuple[int, int, bytes]], events: list[Event]) -> None:
         """Appends the events of ``records`` to ``events``; a stack goes to its event there."""
@@ -352,8 +357,8 @@ class RawPagesSource:
             self._tgids = {pid: int(tgid) for pid, tgid in _saved_pairs(self.instance, "saved_tgids") if tgid.isdigit()}
 
     def flush(self) -> list[Event]:
-        held, self._held = self._held, None
-        return [] if held is None else [held]
+        held, self._held = self._held, []
+        return held
 
     def lost(self) -> int:
         return self.pages.missed if self.pages is not None else 0
@@ -361,6 +366,18 @@ class RawPagesSource:
     def close(self) -> None:
         if self.pages is not None:
             self.pages.close()
+
+
+def _newest_of_each_cpu(events: list[Event], start: int) -> int:
+    """Where the earliest of the newest events of the CPUs of ``events[start:]`` is."""
+    cpus, seen, cut = len(set(map(_EVENT_CPU, events[start:]))), set(), len(events)
+    for at in range(len(events) - 1, start - 1, -1):
+        if events[at].event and events[at].cpu not in seen:
+            seen.add(events[at].cpu)
+            cut = at
+            if len(seen) == cpus:
+                break
+    return cut
 
 
 def _saved_pairs(instance: Instance, name: str) -> list[tuple[int, str]]:
