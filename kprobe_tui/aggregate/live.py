@@ -180,7 +180,8 @@ class StatsRunner:
     (``common_pid != tid``): a worker per sample would be a new thread each time, and sampling
     ``latency vfs_read`` reads hist files with vfs_read, which would count our own reads. What
     happens is told to ``report((kind, generation, details))`` from the worker: ``started`` (the
-    choice, what a glob left out), ``sampled`` (a Sample, the hit rates) or ``failed`` (a message).
+    choice, what a glob left out), ``sampled`` (a Sample, the hit rates, a note: user stacks shallow
+    for want of frame pointers) or ``failed`` (a message).
     """
 
     def __init__(self, sources, alive: Callable[[], bool]) -> None:
@@ -251,7 +252,8 @@ class StatsRunner:
         except UserError as exc:
             self.report(("failed", generation, (str(exc),)))
             return False
-        self.report(("sampled", generation, (sample, list(run.rates))))
+        note = run.shallow_note(run.sampled) if isinstance(run, StackRun) else ""
+        self.report(("sampled", generation, (sample, list(run.rates), note)))
         return True
 
     def _stop(self) -> None:

@@ -260,7 +260,7 @@ class StackRun(ProbeRun[StackEngine]):
         self.by_comm = by_comm
         self.limit = max_stacks()
         self.rates: deque[float] = deque(maxlen=RATE_HISTORY)
-        self._sampled = StackTable(self.limit)  # the counts at the previous sample
+        self.sampled = StackTable(self.limit)  # the counts at the previous sample
 
     def _choose(self) -> Choice:
         refusal = self._plan_filter()
@@ -297,8 +297,8 @@ class StackRun(ProbeRun[StackEngine]):
         with self._lock:
             table = self._collect()
             now = time.time()
-            sample = Sample(self.result(table.since(self._sampled), self._last, now), self.result(table, self._started, now))
-            self._sampled, self._last = table, now
+            sample = Sample(self.result(table.since(self.sampled), self._last, now), self.result(table, self._started, now))
+            self.sampled, self._last = table, now
         self.rates.append(sample.rate)
         return sample
 

@@ -73,6 +73,21 @@ async def test_k_to_the_stack_counts_what_the_cli_counts_and_f_draws_them(progra
             cli.finish()
 
 
+async def test_a_program_without_frame_pointers_is_said_once(tmp_path, clean):  # noqa: F811
+    """Its user stacks are the function and its caller: the view says why, once a run, as the CLI does."""
+    program = build(tmp_path, "kpt_stats_nofp", "-fomit-frame-pointer")
+    app = KprobeTui(locate(), BinaryCatalog(str(program)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.push_screen(StatsScreen(StatsRequest(("leaf",), str(program), key="stack"), app.sources))
+        screen = await running(pilot)
+        subprocess.run([str(program)], check=True)
+        await answered(pilot, screen, VIA_A + VIA_B)
+        await pilot.pause(2.5)  # two samples more: still one note
+        notes = [note.message for note in app._notifications if note.title == "Shallow stacks"]
+        assert len(notes) == 1 and "built without frame pointers" in notes[0] and "-fno-omit-frame-pointer" in notes[0]
+        await closed(pilot, screen)
+
+
 def test_the_stack_key_is_offered_for_a_count_only():
     request = StatsRequest(("work", "len=%di:s64"), fields=("len",), function="work")
     assert request.keys_offered()[-1] == "stack"

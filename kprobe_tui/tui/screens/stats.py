@@ -66,6 +66,7 @@ class StatsScreen(Screen):
         self.choice: Choice | None = None
         self.error: str | None = None
         self.skipped: dict[str, list[str]] = {}  # functions a glob left out, by why
+        self.noted = False  # the run's note (shallow user stacks) was shown: once a run
         self._generation = 0  # samples of a run already replaced are dropped
 
     @classmethod
@@ -101,7 +102,7 @@ class StatsScreen(Screen):
 
     def _restart(self, runner: StatsRunner) -> None:
         self._generation += 1
-        self.sample, self.rates, self.choice, self.error, self.skipped = None, [], None, None, {}
+        self.sample, self.rates, self.choice, self.error, self.skipped, self.noted = None, [], None, None, {}, False
         runner.ask(self._generation, self.request)
         self._show()
 
@@ -116,9 +117,11 @@ class StatsScreen(Screen):
             self.choice, self.skipped = choice, skipped
             self._show()
 
-    def _sampled(self, generation: int, sample: Sample, rates: list[float]) -> None:
+    def _sampled(self, generation: int, sample: Sample, rates: list[float], note: str) -> None:
         if generation == self._generation:
-            self.sample, self.rates = sample, rates
+            if note and not self.noted:
+                self.notify(note, title="Shallow stacks", severity="warning", timeout=15)
+            self.sample, self.rates, self.noted = sample, rates, self.noted or bool(note)
             self._show()
 
     def _failed(self, generation: int, message: str) -> None:
