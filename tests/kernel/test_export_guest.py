@@ -1,4 +1,5 @@
-"""``kprobe-tui export --once`` with the kernel engine (hist triggers on a kprobe), inside a guest.
+"""``kprobe-tui export --once`` with the kernel engines on a kprobe (hist triggers for one metric, our BPF
+program for the other), inside a guest.
 
 The workload (tests/live/c/aggregate.c ``read 25 3000``) makes exactly 25 vfs_reads of 3000 bytes as
 comm kpt-reader: the page's counter and histogram say so, and ``kprobe-tui count`` run at the same
@@ -25,7 +26,7 @@ name = "vfs_reads"
 kind = "count"
 probe = "vfs_read"
 by = ["comm"]
-engine = "kernel"
+engine = "hist"
 
 [[metric]]
 name = "vfs_read_bytes"
@@ -55,8 +56,8 @@ def test_once_exports_the_kernel_engines_exact_counts_as_count_sees_them(tracefs
     page, rest = exporter.communicate(timeout=300)
     said += rest.splitlines()
     assert exporter.returncode == 0, said
-    assert any(line.startswith("kprobe-tui: export: vfs_reads: kernel engine: ") for line in said), said
-    assert any(line.startswith("kprobe-tui: export: vfs_read_bytes: kernel engine: ") for line in said), said
+    assert any(line.startswith("kprobe-tui: export: vfs_reads: kernel engine: hist triggers") for line in said), said
+    assert any(line.startswith("kprobe-tui: export: vfs_read_bytes: kernel engine: a BPF program") for line in said), said
     samples = {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
                for family in text_string_to_metric_families(page) for sample in family.samples}
     reader = (("comm", "kpt-reader"),)

@@ -45,7 +45,8 @@ async def until(pilot, condition, what: str, seconds: float = 300) -> None:
 
 
 async def test_the_view_counts_per_comm_with_hist_triggers_and_leaves_nothing(tracefs, guest_sources, program):
-    screen = StatsScreen(StatsRequest(("work",), str(program), key="comm"), guest_sources)
+    # hist triggers asked for: auto takes our BPF programs, which tests/tui/test_stats.py shows on uprobes
+    screen = StatsScreen(StatsRequest(("work",), str(program), key="comm", engine="hist"), guest_sources)
     async with Host(screen).run_test(size=(80, 24)) as pilot:
         await until(pilot, lambda: screen.choice is not None or screen.error, "the run starts")
         assert screen.error is None, screen.error
