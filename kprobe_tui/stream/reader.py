@@ -406,7 +406,8 @@ def choose_source(instance: Instance, events: list[tuple[str, str]]) -> tuple[Ev
     try:
         if option("userstacktrace"):
             return TracePipeSource(instance), "user stack traces are read from the text trace_pipe"
-        reshaped = [f"{name} on" for name in TEXT_ONLY_OPTIONS if option(name)] + ["context-info off"] * (not option("context-info"))
+        bare = instance.tracefs.exists("options/context-info") and not option("context-info")
+        reshaped = [f"{name} on" for name in TEXT_ONLY_OPTIONS if option(name)] + ["context-info off"] * bare
         if reshaped:
             return TracePipeSource(instance), f"option {reshaped[0]}: the text trace_pipe is read, as the kernel prints it"
         clock = instance.tracefs.read("trace_clock").partition("[")[2].partition("]")[0]
