@@ -98,24 +98,25 @@ def test_the_stack_key_is_offered_for_a_count_only():
     assert "stack" not in keyed.cycled("value").keys_offered()
 
 
-async def test_a_frame_is_left_out_of_the_rows_only_when_every_stack_ends_in_it():
-    """A glob's stacks end in different functions, and a stack of one frame has no caller to show: each
-    row is then the whole stack, innermost first."""
+@pytest.mark.parametrize(("stacks", "rows"), [
+    ({("main", "a"): 2, ("main", "b"): 1}, ["a ← main", "b ← main"]),  # a glob's: different functions
+    ({("main", "a"): 2, ("a",): 1}, ["a ← main", "a"]),  # a stack of one frame has no caller to show
+    ({("main", "a"): 2, ("other", "a"): 1}, ["← main", "← other"]),
+])
+async def test_a_frame_is_left_out_of_the_rows_only_when_every_stack_ends_in_it(stacks, rows):
+    """Otherwise each row is the whole stack, innermost first."""
     from kprobe_tui.aggregate.offer import Choice
     from kprobe_tui.aggregate.result import Entry, Result, Stats
     from kprobe_tui.aggregate.run import Sample
     from kprobe_tui.tui.widgets.stats_table import StatsTable
 
-    for stacks, rows in (({("main", "a"): 2, ("main", "b"): 1}, ["a ← main", "b ← main"]),
-                         ({("main", "a"): 2, ("a",): 1}, ["a ← main", "a"]),
-                         ({("main", "a"): 2, ("other", "a"): 1}, ["← main", "← other"])):
-        entries = tuple(Entry((stack,), Stats(count)) for stack, count in stacks.items())
-        result = Result("count", "kernel", 0.0, 1.0, ("stack",), None, entries, Stats(3), None)
-        screen = StatsScreen.replay(StatsRequest(("a*",), key="stack"), Sample(result, result), [], Choice("kernel", "hist", ""))
-        app = KprobeTui(locate())
-        async with app.run_test(size=(80, 24)) as pilot:
-            await app.push_screen(screen)
-            await pilot.pause()
-            drawn_rows = [line.plain.split("  ")[0].strip() for line in screen.query_one(StatsTable).lines()[1:]]
-            assert drawn_rows == rows
-            assert ("every stack ends in a" in str(screen.query_one("#summary").render())) == rows[0].startswith("←")
+    entries = tuple(Entry((stack,), Stats(count)) for stack, count in stacks.items())
+    result = Result("count", "kernel", 0.0, 1.0, ("stack",), None, entries, Stats(3), None)
+    screen = StatsScreen.replay(StatsRequest(("a*",), key="stack"), Sample(result, result), [], Choice("kernel", "hist", ""))
+    app = KprobeTui(locate())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await app.push_screen(screen)
+        table = screen.query_one(StatsTable)
+        await until(pilot, lambda: len(table.lines()) > len(rows), "the table is drawn")
+        assert [line.plain.split("  ")[0].strip() for line in table.lines()[1:]] == rows
+        assert ("every stack ends in a" in str(screen.query_one("#summary").render())) == rows[0].startswith("←")
