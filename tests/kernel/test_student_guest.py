@@ -1,0 +1,226 @@
+"""The seed lab's student on a real kernel (issue 23): the administrator (root) makes the lab's kprobes with
+``kprobe-tui probe`` and applies set-up 1 of perf-security.rst (``kernel.perf_event_paranoid = -1``, the
+events readable to the students); a student (a bare uid without root, no capability of its own but
+CAP_DAC_READ_SEARCH, ambient, standing in for the group permissions, as tests/live/test_student_reader.py
+models them) lists the probes, tails ``probe:tcp_recvmsg_sk`` while making its own loopback TCP traffic,
+filters to its socket, tails the ``%return`` probe's ``$retval`` and counts by comm; its own ``perf record
+-a`` + ``perf script`` on the same traffic is the oracle. Under Debian's default paranoid level it is
+told why not and what to ask for. The probes are deleted and the paranoid level restored, also on failure.
+
+Few tests, and few Python starts in each: Python is 15-25x slower in the TCG guest (a CLI run: 5-7 s).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from guestlib import run_cli
+
+from kprobe_tui.kernel.events import Events
+from kprobe_tui.kernel.perfevent import PARANOID, paranoid
+from kprobe_tui.kernel.tracefs import Tracefs
+
+pytestmark = pytest.mark.kernel
+
+STUDENT = 4242  # uid and gid: the guest's root filesystem is the host's, read-only (no useradd)
+TRACING = Path("/sys/kernel/tracing")
+ENTRY, RETURN = "probe:tcp_recvmsg_sk", "probe:tcp_recvmsg__return"
+# Long enough for two tails and a perf record to start in a TCG guest on a busy host (~40 s) and the traffic
+TAIL_SECONDS = 90
+# Two loopback connections; each size on the command FIFO is sent on the first, size + 1 on the second, and
+# each received with one recv (one tcp_recvmsg: loopback carries a message this small in one segment).
+TRAFFIC = """
+import socket, sys
+commands, answers = sys.argv[1:]
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+server.listen(2)
+pairs = []
+for _ in range(2):
+    client = socket.create_connection(server.getsockname())
+    pairs.append((client, server.accept()[0]))
+print("connected", flush=True)
+while True:
+    for size in map(int, open(commands).read().split()):
+        for extra, (client, accepted) in enumerate(pairs):
+            client.sendall(b"x" * (size + extra))
+            assert len(accepted.recv(size + extra)) == size + extra
+    with open(answers, "w") as fifo:
+        fifo.write("done\\n")
+"""
+COUNT_BY_COMM = f"""
+import json, sys
+from kprobe_tui.aggregate.model import Aggregation, Field
+from kprobe_tui.aggregate.run import AggregationRun
+from kprobe_tui.aggregate.user_engine import existing_targets
+from kprobe_tui.kernel.sources import locate
+top = locate(mount=False).tracing()
+run = AggregationRun(top, Aggregation("count", keys=(Field("comm"),)), existing_targets(top, ["{ENTRY}"]), "",
+                     existing=True)
+choice = run.start()
+try:
+    with open(sys.argv[1], "w") as fifo:
+        fifo.write("7 8\\n")
+    open(sys.argv[2]).read()
+    final = run.stop()
+finally:
+    run.stop()
+print(json.dumps({{"engine": f"{{choice.engine}}/{{choice.method}}", "lost": final.total.lost,
+                  "entries": [[list(entry.key), entry.count] for entry in final.total.entries]}}))
+"""
+# "python3   321 [000]    45.678901: probe:tcp_recvmsg_sk: (ffffffff81a2b3c0) sk=0xffff888004a1b2c0"
+PERF_LINE = re.compile(r"\s*(?P<comm>.+?)\s+(?P<tid>\d+)\s+\[(?P<cpu>\d+)\]\s+\d+\.\d+:\s+probe:tcp_recvmsg_sk:\s+"
+                       r"\([0-9a-f]+\)\s+sk=(?P<sk>0x[0-9a-f]+)$")
+
+
+def set_paranoid(level: int) -> None:
+    Path(PARANOID).write_text(f"{level}\n")
+
+
+@pytest.fixture(scope="module")
+def lab():
+    """The seed lab's probes in perf's default group, made by root; loopback up. Deleted after, whatever happens."""
+    for tool in ("setpriv", "perf", "ip"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"the guest has no {tool}")
+    events = Events(Tracefs(TRACING))
+    assert events.events_in("probe") == [], "the guest has probes in group probe already"
+    lo_was_down = Path("/sys/class/net/lo/operstate").read_text().strip() == "down"
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)  # the guest's init leaves it down
+    try:
+        for spec in ("tcp_recvmsg_sk=tcp_recvmsg sk", "tcp_recvmsg%return $retval"):
+            made = run_cli("probe", spec)
+            assert made.returncode == 0, made.stderr
+        yield
+    finally:
+        events.delete_group("probe")
+        if lo_was_down:
+            subprocess.run(["ip", "link", "set", "lo", "down"], check=True)
+    assert "probe/" not in (TRACING / "dynamic_events").read_text()
+
+
+@pytest.fixture
+def home():
+    """The student's own directory, with the FIFOs its traffic program obeys."""
+    directory = Path(f"/tmp/kpstudent-{os.getpid()}")
+    directory.mkdir(mode=0o700)
+    try:
+        for name in ("commands", "answers"):
+            os.mkfifo(directory / name, 0o600)
+        (directory / "traffic.py").write_text(TRAFFIC)
+        for path in (directory, *directory.iterdir()):
+            os.chown(path, STUDENT, STUDENT)
+        yield directory
+    finally:
+        shutil.rmtree(directory)
+
+
+@pytest.fixture
+def paranoid_minus_one():
+    """Set-up 1 for the test's length; the level before restored also on failure."""
+    before = paranoid()
+    assert before is not None
+    set_paranoid(-1)
+    try:
+        yield
+    finally:
+        set_paranoid(before)
+
+
+def as_student(home: Path, *command: str) -> subprocess.Popen:
+    """``command`` as the student: its uid and gid, no other group, CAP_DAC_READ_SEARCH only (ambient); the
+    guest's PYTHONPATH (the project and the venv's packages) kept."""
+    return subprocess.Popen(["setpriv", f"--reuid={STUDENT}", f"--regid={STUDENT}", "--clear-groups",
+                             "--inh-caps=-all,+dac_read_search", "--ambient-caps=+dac_read_search", *command],
+                            cwd=home, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "HOME": str(home), "PYTHONDONTWRITEBYTECODE": "1"})
+
+
+def kprobe_tui(home: Path, *args: str) -> subprocess.Popen:
+    return as_student(home, sys.executable, "-m", "kprobe_tui", *args)
+
+
+def tail(home: Path, *args: str, seconds: int = TAIL_SECONDS) -> subprocess.Popen:
+    """``kprobe-tui tail --json`` as the student, returned once its events are open (its first line on stderr)."""
+    child = kprobe_tui(home, "tail", "--json", "--duration", str(seconds), *args)
+    announced = b""  # read from the pipe itself: communicate() reads past any buffer
+    while not announced.endswith(b"\n") and (byte := os.read(child.stderr.fileno(), 1)):
+        announced += byte
+    assert b"no trace instance here: the events are sampled" in announced, announced.decode() + child.stderr.read()
+    return child
+
+
+def send(home: Path, sizes: str) -> None:
+    """Have the student's traffic program send and receive ``sizes`` on both its connections; wait until done."""
+    (home / "commands").write_text(sizes + "\n")
+    assert (home / "answers").read_text() == "done\n"
+
+
+def tailed(child: subprocess.Popen) -> list[dict]:
+    """A tail's events, once its --duration is over."""
+    out, err = child.communicate(timeout=300)
+    assert child.returncode == 0 and "events lost" not in err, err
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def number(value) -> int:
+    return int(value, 0) if isinstance(value, str) else int(value)
+
+
+def test_under_debians_default_paranoid_the_student_is_told_what_to_ask_for(lab, home):
+    level = paranoid()
+    if level is None or level < 1:
+        pytest.skip(f"kernel.perf_event_paranoid is {level} in this guest")
+    out, err = kprobe_tui(home, "tail", ENTRY, "--duration", "1").communicate(timeout=120)
+    assert not out and f"kernel.perf_event_paranoid is {level}" in err and "needs -1 or CAP_PERFMON" in err, err
+    assert "sudo sysctl kernel.perf_event_paranoid=-1" in err
+    assert "sudo setcap cap_perfmon,cap_sys_ptrace,cap_syslog=ep /usr/bin/perf" in err and "Traceback" not in err
+
+
+def test_the_students_seed_lab_is_its_own_perf_records(lab, home, paranoid_minus_one):
+    listed, err = kprobe_tui(home, "list").communicate(timeout=120)
+    assert "p:probe/tcp_recvmsg_sk tcp_recvmsg sk=" in listed, listed + err
+    assert "r10:probe/tcp_recvmsg__return tcp_recvmsg arg1=$retval" in listed
+
+    traffic = as_student(home, "/usr/bin/python3", str(home / "traffic.py"), str(home / "commands"),
+                         str(home / "answers"))
+    try:
+        assert traffic.stdout.readline() == "connected\n", traffic.stderr.read()
+        comm = Path(f"/proc/{traffic.pid}/comm").read_text().strip()
+        entries, returns = tail(home, ENTRY), tail(home, RETURN)
+        # perf starts its command once its events are enabled: the poke makes the traffic while it records
+        recording = as_student(home, "perf", "record", "-q", "-e", ENTRY, "-a", "-o", str(home / "perf.data"), "--",
+                               "sh", "-c", f"echo 11 222 3333 > {home}/commands && cat {home}/answers")
+        _, err = recording.communicate(timeout=300)
+        assert recording.returncode == 0, err
+        script, err = as_student(home, "perf", "script", "-i", str(home / "perf.data")).communicate(timeout=300)
+        oracle = [row for row in map(PERF_LINE.fullmatch, script.splitlines()) if row and int(row["tid"]) == traffic.pid]
+        assert len(oracle) == 6, script + err
+
+        seen = [event for event in tailed(entries) if event["pid"] == traffic.pid]
+        assert [(event["comm"], event["cpu"], number(event["args"]["sk"])) for event in seen] == [
+            (row["comm"], int(row["cpu"]), int(row["sk"], 16)) for row in oracle]
+        mine, other = {number(event["args"]["sk"]) for event in seen[::2]}, {number(event["args"]["sk"]) for event in seen[1::2]}
+        assert len(mine) == len(other) == 1 and mine != other and comm == seen[0]["comm"]
+        retvals = [number(event["args"]["arg1"]) for event in tailed(returns) if event["pid"] == traffic.pid]
+        assert retvals == [11, 12, 222, 223, 3333, 3334]
+
+        sk = hex(mine.pop())
+        filtered = tail(home, ENTRY, "--filter", f"sk == {sk}", seconds=TAIL_SECONDS // 2)
+        send(home, "44 555")
+        kept = tailed(filtered)
+        assert [(event["pid"], hex(number(event["args"]["sk"]))) for event in kept] == [(traffic.pid, sk)] * 2
+
+        counted, err = as_student(home, sys.executable, "-c", COUNT_BY_COMM, str(home / "commands"),
+                                  str(home / "answers")).communicate(timeout=300)
+        assert json.loads(counted) == {"engine": "user/perf", "lost": 0, "entries": [[[comm], 4]]}, counted + err
+    finally:
+        traffic.kill()
+        traffic.wait()
