@@ -76,4 +76,18 @@ async def test_only_the_events_shown_with_a_stack_are_drawn():
         await pilot.press("f")  # Enter took the focus back to the table
         await until(pilot, lambda: isinstance(app.screen, FlameScreen), "the flame graph opens")
         assert app.screen.flame.total == 2  # dd's third event has no stack; cat's is filtered out
-        assert "events · kernel stacks of 2 events" in str(app.screen.query_one("#flame-title").render())
+        assert str(app.screen.query_one("#flame-title").render()) == "events · kernel stacks of 2 events"
+
+
+async def test_stacks_past_the_bound_are_left_out_and_said(monkeypatch):
+    monkeypatch.setenv("KPROBE_TUI_MAX_STACKS", "2")
+    stored = [Event(1.0, 0, 7, 7, "dd", "....", "leaf", "(leaf+0x0/0x8)", (f"caller_{n % 3}+0x1", "vfs_read+0x5"))
+              for n in range(9)]
+    app = KprobeTui(locate())
+    async with app.run_test(size=(120, 24)) as pilot:
+        await app.push_screen(EventsScreen.replay(stored))
+        await pilot.press("f")
+        await until(pilot, lambda: isinstance(app.screen, FlameScreen), "the flame graph opens")
+        assert app.screen.flame.total == 6
+        title = str(app.screen.query_one("#flame-title").render())
+        assert title == "events · kernel stacks of 6 events · 3 events of further stacks left out (KPROBE_TUI_MAX_STACKS)"

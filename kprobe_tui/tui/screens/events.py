@@ -33,7 +33,7 @@ from kprobe_tui.stream.filterexpr import FilterError, compile_filter, parse
 from kprobe_tui.stream.parser import Event
 from kprobe_tui.stream.reader import StreamUpdate
 from kprobe_tui.stream.session import FilterPlan, StudentSession, TailSession
-from kprobe_tui.stream.stacks import StackCounts, StackTable, add_event_stack, max_stacks
+from kprobe_tui.stream.stacks import MAX_STACKS_ENV, StackTable, add_event_stack, max_stacks
 from kprobe_tui.stream.store import DEFAULT_CAPACITY, EventStore
 from kprobe_tui.textsafe import printable
 from kprobe_tui.tui.navigation import Back, OpenStats
@@ -60,13 +60,13 @@ class LineProbe(NamedTuple):
     addresses: dict[int, str]  # work+33, by offset in a page (uprobe_places); empty for one address
 
 
-def event_stacks(events: list[Event]) -> StackCounts:
-    """The events' kernel stacks counted (outermost first), as a flame graph takes them; events without one
-    (stacks were off when they came) are left out."""
+def event_stacks(events: list[Event]) -> StackTable:
+    """The events' kernel stacks counted, at most ``max_stacks()`` distinct ones (the events of others are
+    ``dropped``); events without one (stacks were off when they came) are left out."""
     table = StackTable(max_stacks())
     for event in events:
         add_event_stack(table, event.stack)
-    return table.stacks()
+    return table
 
 
 def line_probes_of(events: Events, targets: list[tuple[str, str]]) -> dict[str, LineProbe]:
@@ -394,11 +394,13 @@ class EventsScreen(Screen):
         self.work.run("flame", event_stacks, shown, then=lambda stacks: self._open_flame(stacks, what),
                       failed=lambda exc: self.notify(str(exc), title="Flame graph", severity="error"))
 
-    def _open_flame(self, stacks: StackCounts, what: str) -> None:
-        if not stacks:
+    def _open_flame(self, table: StackTable, what: str) -> None:
+        if not table.counts and not table.dropped:
             self.notify("no kernel stacks among the events shown: s records them for new events", severity="warning")
             return
-        self.post_message(OpenFlame(stacks, f"{what} · kernel stacks of {sum(stacks.values()):,} events"))
+        stacks = table.stacks()
+        left_out = f" · {table.dropped:,} events of further stacks left out ({MAX_STACKS_ENV})" if table.dropped else ""
+        self.post_message(OpenFlame(stacks, f"{what} · kernel stacks of {sum(stacks.values()):,} events{left_out}"))
 
     def action_export(self, fmt: str) -> None:
         """Write the rows the view shows (filtered or not) next to where we were started."""
