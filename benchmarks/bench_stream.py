@@ -13,13 +13,17 @@ hit(), and measures:
      (key event delivered -> the table acted on it), and kernel-event -> visible-row latency (trace_clock mono);
   5. peak RSS of a fresh process holding 1M events (target <= 500 MB), before and after a filter
      on an argument (which parses every event's arguments).
-Usage: python benchmarks/bench_stream.py [--calls N] [--drain-only]
+With --kprobe, step 1 only, on a kprobe on vfs_read flooded by `dd bs=1` (the QEMU guests, which have no
+compiler for the uprobe's program: `tests/kernel/harness.py shell debian-6.1 -- sh -c 'cd /work/main &&
+python3 benchmarks/bench_stream.py --kprobe --calls 100000'`).
+Usage: python benchmarks/bench_stream.py [--calls N] [--drain-only | --kprobe]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import resource
 import statistics
@@ -28,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from kprobe_tui.kernel import lifetime
@@ -42,6 +47,10 @@ from kprobe_tui.stream.store import EventStore
 ROOT = Path(__file__).resolve().parents[1]
 GROUP = "kptbench"
 PROBE = "n=%di:s64 s=+0(%si):string arr=+0(%dx):s32[4]"
+# The same field types on vfs_read (count, the caller's name, the first words of the struct file), recorded for
+# dd only: the readers' own reads of the buffer go through vfs_read too.
+KPROBE = "vfs_read n=%dx:s64 s=$comm:string arr=+0(%di):s32[4]"
+KPROBE_FILTER = 's == "dd"'
 
 
 def per_cpu_stat(instance: Instance, field: str) -> int:
@@ -52,10 +61,10 @@ def per_cpu_stat(instance: Instance, field: str) -> int:
     return total
 
 
-def fill(instance: Instance, binary: Path, calls: int) -> int:
+def fill(instance: Instance, flood: list[str]) -> int:
     """Record a flood with nobody reading, then stop recording: returns the events held."""
     instance.tracefs.write("tracing_on", "1", append=False)
-    subprocess.run([str(binary), str(calls), "quiet"], check=True)
+    subprocess.run(flood, check=True)
     instance.tracefs.write("tracing_on", "0", append=False)
     return per_cpu_stat(instance, "entries")
 
@@ -161,16 +170,16 @@ def rates(count: int, spent: Spent) -> str:
     return f"{count:>8,} events: {count / spent.wall:>10,.0f} /s wall, {count / spent.cpu:>10,.0f} per CPU-second"
 
 
-def bench_drain(top: Tracefs, binary: Path, calls: int) -> list[str]:
+def bench_drain(top: Tracefs, flood: list[str]) -> list[str]:
     """Each way drains the same flood, recorded anew with nobody reading. The machine is shared: the ratios
     are of events per CPU-second (user + system), which other load disturbs less than wall time."""
     instance = Instance(top)
     instance.create(buffer_kb=65536)
     instance.enable(GROUP, "hit")
     try:
-        held = fill(instance, binary, calls)
+        held = fill(instance, flood)
         cat = drain_cat(instance)
-        held_raw = fill(instance, binary, calls)
+        held_raw = fill(instance, flood)
         raw = Spent()
         pages = read_raw(instance, raw)
         decode = Spent()
@@ -178,8 +187,8 @@ def bench_drain(top: Tracefs, binary: Path, calls: int) -> list[str]:
             decoded = decode_raw(pages)
         ceiling = Spent()
         ceiling.wall, ceiling.cpu = raw.wall + decode.wall, raw.cpu + decode.cpu
-        text, text_count = drain_ours(instance, fill(instance, binary, calls), binary=False)
-        ours, ours_count = drain_ours(instance, fill(instance, binary, calls), binary=True)
+        text, text_count = drain_ours(instance, fill(instance, flood), binary=False)
+        ours, ours_count = drain_ours(instance, fill(instance, flood), binary=True)
     finally:
         instance.remove()
 
@@ -227,7 +236,7 @@ def capture_lines(top: Tracefs, binary: Path) -> list[str]:
     instance.create(buffer_kb=16384, options={"record-tgid": True})
     instance.enable(GROUP, "hit")
     try:
-        fill(instance, binary, 20_000)
+        fill(instance, [str(binary), "20000", "quiet"])
         with tempfile.TemporaryFile() as out:
             subprocess.run(["cat", instance.trace_pipe], stdout=out, check=True)
             out.seek(0)
@@ -359,12 +368,30 @@ def summary(samples: list[float]) -> str:
     return f"median {statistics.median(samples) * 1000:6.1f} ms, p95 {p95 * 1000:6.1f} ms (n={len(samples)})"
 
 
+@contextlib.contextmanager
+def kprobe_on_vfs_read(top: Tracefs) -> Iterator[None]:
+    """The kprobe, for dd only, removed however the run ends (SIGTERM from a timeout included)."""
+    top.write("kprobe_events", f"p:{GROUP}/hit {KPROBE}\n")
+    token = lifetime.undo.push(f"probe {GROUP}/hit", lambda: top.write("kprobe_events", f"-:{GROUP}/hit\n"))
+    try:
+        top.write(f"events/{GROUP}/hit/filter", KPROBE_FILTER, append=False)
+        yield
+    finally:
+        lifetime.undo.run(token)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=300_000, help="calls per flood")
     parser.add_argument("--drain-only", action="store_true", help="step 1 only")
+    parser.add_argument("--kprobe", action="store_true", help="step 1 only, on a kprobe on vfs_read (dd bs=1)")
     args = parser.parse_args()
     top = locate().tracing()
+    if args.kprobe:
+        with kprobe_on_vfs_read(top):
+            print("\n".join(bench_drain(top, ["dd", "if=/dev/zero", "of=/dev/null", "bs=1", f"count={args.calls}",
+                                              "status=none"])), flush=True)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         binary = Path(tmp) / "tail_values"
         subprocess.run(["gcc", "-O1", "-o", str(binary), str(ROOT / "tests/live/c/tail_values.c")], check=True)
@@ -373,7 +400,7 @@ def main() -> None:
         # removed however the run ends (SIGTERM from a timeout included)
         token = lifetime.undo.push(f"probe {GROUP}/hit", lambda: top.write("uprobe_events", f"-:{GROUP}/hit\n"))
         try:
-            print("\n".join(bench_drain(top, binary, args.calls)), flush=True)
+            print("\n".join(bench_drain(top, [str(binary), str(args.calls), "quiet"])), flush=True)
             if args.drain_only:
                 return
             print("\n".join(bench_live(top, binary, args.calls)), flush=True)
