@@ -59,10 +59,18 @@ def _err(text: str) -> None:
     sys.stderr.flush()
 
 
-def run_aggregation(args, what: str, aggregation: Aggregation, top, targets: Targets) -> int:
-    """Start, print a table per interval (or one at the end), stop; Ctrl-C ends it with the final table."""
+def _say_skipped(targets: Targets) -> None:
     for why, names in targets.skipped.items():
         _err(f"kprobe-tui: skipped {len(names)} {why}: {printable(_sample_names(names))}")
+
+
+def _say_tracing(targets: Targets) -> None:
+    _err(f"Tracing {len(targets.items)} probe{'s' if len(targets.items) != 1 else ''}... Hit Ctrl-C to end.")
+
+
+def run_aggregation(args, what: str, aggregation: Aggregation, top, targets: Targets) -> int:
+    """Start, print a table per interval (or one at the end), stop; Ctrl-C ends it with the final table."""
+    _say_skipped(targets)
     run = AggregationRun(top, aggregation, targets, args.filter, args.engine)
     choice = run.start()
     printed = False
@@ -70,7 +78,7 @@ def run_aggregation(args, what: str, aggregation: Aggregation, top, targets: Tar
         try:  # the announcements inside: a Ctrl-C as soon as they are read still ends with the final table
             _err(f"kprobe-tui: {what}: {choice.engine} engine: {choice.reason}")
             if not args.json:
-                _err(f"Tracing {len(targets.items)} probe{'s' if len(targets.items) != 1 else ''}... Hit Ctrl-C to end.")
+                _say_tracing(targets)
             started = time.monotonic()
             deadline = started + args.duration if args.duration else None
             tick = started + args.interval if args.interval else None
@@ -100,15 +108,14 @@ def run_aggregation(args, what: str, aggregation: Aggregation, top, targets: Tar
 
 def run_stack_count(args, what: str, run: StackRun, targets: Targets) -> int:
     """Start, print the stacks counted per interval (or once at the end), stop; Ctrl-C ends it with the last."""
-    for why, names in targets.skipped.items():
-        _err(f"kprobe-tui: skipped {len(names)} {why}: {printable(_sample_names(names))}")
+    _say_skipped(targets)
     choice = run.start()
     before = StackTable(run.limit)
     try:
         try:
             _err(f"kprobe-tui: {what}: {choice.engine} engine: {choice.reason}")
             if not args.json and not args.folded:
-                _err(f"Tracing {len(targets.items)} probe{'s' if len(targets.items) != 1 else ''}... Hit Ctrl-C to end.")
+                _say_tracing(targets)
             deadline = time.monotonic() + args.duration if args.duration else None
             while deadline is None or time.monotonic() < deadline:
                 pause = args.interval or 3600.0
