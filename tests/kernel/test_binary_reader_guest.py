@@ -3,7 +3,9 @@
 The same recorded events (a kprobe and a kretprobe on vfs_read, a tracepoint, and fprobes where the kernel
 has them), on both CPUs: the text parser's events of the lines the instance's ``trace`` prints, and the
 binary reader's (``StreamReader`` on ``RawPagesSource``, sites named by kallsyms) of the same buffer's
-``trace_pipe_raw`` pages, compared event for event. One test: Python runs 15-25x slower here.
+``trace_pipe_raw`` pages, compared event for event; then a flood that overwrites a small buffer, whose loss
+the text reader counts from the per-CPU stats and the binary reader from the page headers. Few tests: Python
+runs 15-25x slower here.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import pytest
 from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.instance import Instance
 from kprobe_tui.kernel.tracefs import KernelRefused
-from kprobe_tui.stream.parser import LineParser
+from kprobe_tui.stream.parser import Event, LineParser
 from kprobe_tui.stream.reader import RawPagesSource, StreamReader, TracePipeSource
 from kprobe_tui.stream.store import EventStore
 
@@ -55,20 +57,8 @@ def test_the_binary_reader_gives_the_events_the_kernel_printed(tracefs, irq_info
         runs = [subprocess.Popen(["taskset", "-c", str(cpu), "sh", "-c", WORKLOAD]) for cpu in (0, 1)]
         assert [run.wait() for run in runs] == [0, 0]
         instance.tracefs.write("tracing_on", "0", append=False)
-        text = instance.tracefs.path("trace").read_bytes().decode("utf-8", "backslashreplace")
-        text_lost = TracePipeSource(instance).lost()
-        parser = LineParser()
-        printed = [event for event in parser.feed(text.splitlines()) + parser.flush() if event.event]
-        store = EventStore(len(printed) + 10)
-        reader = StreamReader(instance, store, lambda update: None, events=targets)
-        assert isinstance(reader.source, RawPagesSource), reader.notice
-        reader.start()
-        deadline = time.monotonic() + 300
-        while store.total < len(printed) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        time.sleep(0.5)
-        reader.stop()
-        decoded = [event.printed() for event in store.view_rows(0, store.view_len())]
+        printed, text_lost = printed_events(instance)
+        decoded, binary_lost = binary_events(instance, targets, len(printed))
     finally:
         instance.remove()
         for control, name in reversed(made):
@@ -76,7 +66,7 @@ def test_the_binary_reader_gives_the_events_the_kernel_printed(tracefs, irq_info
     names = {event.event for event in printed}
     assert {name.split("/")[1] for _, name in made} | {"sched_process_exec"} <= names  # fprobes too where made
     assert {0, 1} <= {event.cpu for event in printed}
-    assert text_lost == reader.lost == 0
+    assert text_lost == binary_lost == 0
     for text_event, raw_event in zip(printed, decoded):
         assert raw_event == text_event
     assert len(decoded) == len(printed)
@@ -84,3 +74,51 @@ def test_the_binary_reader_gives_the_events_the_kernel_printed(tracefs, irq_info
     # function without
     assert all(event.body.startswith("(vfs_read+0x") for event in printed if event.event == "vr")
     assert all(" <- vfs_read) ret=" in event.body for event in printed if event.event == "vrr")
+
+
+def printed_events(instance: Instance) -> tuple[list[Event], int]:
+    """The events of the lines the instance's ``trace`` prints (the buffer is not consumed), and the events the
+    text reader counts lost (the per-CPU stats)."""
+    text = instance.tracefs.path("trace").read_bytes().decode("utf-8", "backslashreplace")
+    parser = LineParser()
+    return [event for event in parser.feed(text.splitlines()) + parser.flush() if event.event], TracePipeSource(instance).lost()
+
+
+def binary_events(instance: Instance, targets: list[tuple[str, str]], expected: int) -> tuple[list[Event], int]:
+    """The binary reader's events of the buffer's pages (as printed), and the events it counts lost."""
+    store = EventStore(expected + 10)
+    reader = StreamReader(instance, store, lambda update: None, events=targets)
+    assert isinstance(reader.source, RawPagesSource), reader.notice
+    reader.start()
+    deadline = time.monotonic() + 300
+    while store.total < expected and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    reader.stop()
+    return [event.printed() for event in store.view_rows(0, store.view_len())], reader.lost
+
+
+def test_a_flood_that_overwrites_the_buffer_loses_the_same_events_in_both_readers(tracefs):
+    """dd's one-byte reads on each CPU overwrite a 16 KiB buffer many times over (a record is ~50 bytes): the
+    text reader's loss (each CPU's stats: overrun) and the binary reader's (the first page read's missed
+    count) must be the same number, and the events left the same."""
+    group = lifetime.run_name()
+    instance = Instance(tracefs)
+    instance.create(16, {"record-tgid": True, "irq-info": True})
+    tracefs.write("kprobe_events", f"p:{group}/vr vfs_read count=%dx:u32 cm=$comm\n")
+    try:
+        tracefs.write(f"events/{group}/vr/filter", 'cm == "dd"', append=False)
+        instance.enable(group, "vr")
+        floods = [subprocess.Popen(["taskset", "-c", str(cpu), "dd", "if=/dev/zero", "of=/dev/null", "bs=1",
+                                    "count=5000", "status=none"]) for cpu in (0, 1)]
+        assert [flood.wait() for flood in floods] == [0, 0]
+        instance.tracefs.write("tracing_on", "0", append=False)
+        printed, text_lost = printed_events(instance)
+        decoded, binary_lost = binary_events(instance, [(group, "vr")], len(printed))
+    finally:
+        instance.remove()
+        tracefs.write("kprobe_events", f"-:{group}/vr\n")
+    assert {event.cpu for event in printed} == {0, 1}
+    assert text_lost > 5000  # of the 10,000 reads, most were overwritten
+    assert binary_lost == text_lost
+    assert decoded == printed
