@@ -16,6 +16,7 @@ administrator can choose, with their commands.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from kprobe_tui.kernel.sources import KernelSources
 
 # The files a probe is created through, in the order the kernel prefers them.
 CONTROL_FILES = ("dynamic_events", "uprobe_events", "kprobe_events")
+PERF_NAME = re.compile(r"[A-Za-z_]\w*")
 
 
 @dataclass(frozen=True)
@@ -148,12 +150,14 @@ def _follow_refusal(tracefs: Path) -> tuple[Path | None, UserError | None]:
         groups = sorted(entry.name for entry in os.scandir(events) if entry.is_dir())
     except OSError as exc:
         return None, UserError(f"cannot read {events}: {exc.strerror}", denied_hint())
-    for group in groups:
+    # perf's event parser takes only names that start as identifiers: "9p:9p_client_req", the first event of a
+    # group-readable 6.1 tracefs, is an "event syntax error" to the perf binary it would be tried with
+    for group in filter(PERF_NAME.fullmatch, groups):
         try:
             names = sorted(entry.name for entry in os.scandir(events / group) if entry.is_dir())
         except OSError:
             continue
-        for name in names:
+        for name in filter(PERF_NAME.fullmatch, names):
             try:  # read, not access(2): that checks the real ids without capabilities (CAP_DAC_READ_SEARCH)
                 (events / group / name / "id").read_bytes()
             except OSError:

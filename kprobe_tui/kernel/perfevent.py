@@ -160,14 +160,24 @@ def read_event_id(event_dir: Path) -> int:
     return int(text)
 
 
+# What a student's group must read besides the events: Debian 6.1's tracefs makes its files 0640 or 0440 and
+# its directories 0750, root:root. Without the definition files the probes cannot be listed, without README
+# (what the kernel offers) nothing can be counted; without events/header_page, every ftrace format,
+# printk_formats and saved_cmdlines (its tracing data) the student's perf record writes a perf.data that perf
+# script calls "incompatible file format" (each measured in tests/kernel/test_student_guest.py).
+READABLE = "$T $T/dynamic_events $T/kprobe_events $T/uprobe_events $T/README $T/printk_formats $T/saved_cmdlines"
+
+
 def denied_hint() -> str:
     """The set-ups an administrator can choose, each with its exact commands (perf-security.rst's)."""
+    # Debian's patch (kernel/events/core.c): above 2 no capability but CAP_SYS_ADMIN opens a perf event at all
+    lower = "sudo sysctl kernel.perf_event_paranoid=2 && " if (paranoid() or 0) > 2 else ""
     return ("ask the administrator for one of: (1) sudo sysctl kernel.perf_event_paranoid=-1 (every user may "
-            "sample every tracepoint, system-wide), with the events readable to your group (GROUP): sudo chgrp GROUP "
-            "/sys/kernel/tracing && sudo chmod g+rx /sys/kernel/tracing && sudo chgrp -R GROUP /sys/kernel/tracing/events/probe "
-            "&& sudo chmod -R g+rX /sys/kernel/tracing/events/probe; "
+            "sample every tracepoint, system-wide), with the events readable to your group (GROUP): "
+            f"T=/sys/kernel/tracing && sudo chgrp GROUP {READABLE} && sudo chmod g+rX {READABLE} && "
+            "sudo chgrp -R GROUP $T/events && sudo chmod -R g+rX $T/events; "
             "or (2) a perf binary with capabilities for a perf_users group, which kprobe-tui runs as its reader (found on "
-            "PATH, or named by KPROBE_TUI_PERF): sudo groupadd perf_users && sudo chgrp perf_users /usr/bin/perf && "
+            f"PATH, or named by KPROBE_TUI_PERF): {lower}sudo groupadd perf_users && sudo chgrp perf_users /usr/bin/perf && "
             "sudo chmod o-rwx /usr/bin/perf && sudo setcap cap_perfmon,cap_sys_ptrace,cap_syslog=ep /usr/bin/perf && "
             "sudo usermod -aG perf_users $USER, with the events readable to perf_users as in (1) "
             "(Documentation/admin-guide/perf-security.rst)")
@@ -177,8 +187,10 @@ def _open_error(err: int, name: str, cpu: int) -> UserError:
     level = paranoid()
     if err in (errno.EACCES, errno.EPERM):
         now = f"kernel.perf_event_paranoid is {level}" if level is not None else "kernel.perf_event_paranoid is unreadable"
+        needs = ("CAP_SYS_ADMIN (above 2, a distribution's patch, no other capability opens a perf event)"
+                 if level is not None and level > 2 else "CAP_PERFMON")
         return UserError(f"the kernel refuses to let you sample {name} on every CPU ({os.strerror(err)}): {now}, and "
-                         "sampling a tracepoint's raw data system-wide needs -1 or CAP_PERFMON", denied_hint())
+                         f"sampling a tracepoint's raw data system-wide needs -1 or {needs}", denied_hint())
     if err == errno.ENOENT or err == errno.EINVAL:
         return UserError(f"the kernel has no tracepoint for {name} any more ({os.strerror(err)})", "list the events again (kprobe-tui list)")
     if err == errno.EMFILE or err == errno.ENFILE:

@@ -1,11 +1,11 @@
 """The seed lab's student on a real kernel (issue 23): the administrator (root) makes the lab's kprobes with
 ``kprobe-tui probe`` and applies set-up 1 of perf-security.rst (``kernel.perf_event_paranoid = -1``, the
-events readable to the students); a student (a bare uid without root, no capability of its own but
-CAP_DAC_READ_SEARCH, ambient, standing in for the group permissions, as tests/live/test_student_reader.py
-models them) lists the probes, tails ``probe:tcp_recvmsg_sk`` while making its own loopback TCP traffic,
-filters to its socket, tails the ``%return`` probe's ``$retval`` and counts by comm; its own ``perf record
--a`` + ``perf script`` on the same traffic is the oracle. Under Debian's default paranoid level it is
-told why not and what to ask for. The probes are deleted and the paranoid level restored, also on failure.
+events readable to the students' group by the commands kprobe-tui's own hint gives: tracefs in 6.1 takes
+chgrp and chmod); a student (a bare uid and gid, no root, no capability) lists the probes, tails
+``probe:tcp_recvmsg_sk`` while making its own loopback TCP traffic, filters to its socket, tails the
+``%return`` probe's ``$retval`` and counts by comm; its own ``perf record -a`` + ``perf script`` on the same
+traffic is the oracle. Under Debian's default paranoid level it is told why not and what to ask for. The
+probes are deleted, tracefs' owners and modes and the paranoid level restored, also on failure.
 
 Few tests, and few Python starts in each: Python is 15-25x slower in the TCG guest (a CLI run: 5-7 s).
 """
@@ -24,7 +24,7 @@ import pytest
 from guestlib import run_cli
 
 from kprobe_tui.kernel.events import Events
-from kprobe_tui.kernel.perfevent import PARANOID, paranoid
+from kprobe_tui.kernel.perfevent import PARANOID, denied_hint, paranoid
 from kprobe_tui.kernel.tracefs import Tracefs
 
 pytestmark = pytest.mark.kernel
@@ -80,27 +80,51 @@ PERF_LINE = re.compile(r"\s*(?P<comm>.+?)\s+(?P<tid>\d+)\s+\[(?P<cpu>\d+)\]\s+\d
                        r"\([0-9a-f]+\)\s+sk=(?P<sk>0x[0-9a-f]+)$")
 
 
+STARTED: list[subprocess.Popen] = []  # the student's processes, killed after each test
+
+
 def set_paranoid(level: int) -> None:
     Path(PARANOID).write_text(f"{level}\n")
 
 
+def group_readable_commands() -> str:
+    """Set-up 1's permission commands as kprobe-tui's hint gives them to the student, for the student's group."""
+    commands = denied_hint().split("your group (GROUP): ", 1)[1].split("; or (2)", 1)[0]
+    return commands.replace("sudo ", "").replace("GROUP", str(STUDENT))
+
+
+def owners_and_modes() -> dict[Path, tuple[int, int, int]]:
+    """Owner, group and mode of the tracefs root, its files and everything under events (what the hint changes)."""
+    paths = [TRACING, *(path for path in TRACING.iterdir() if path.is_file())]
+    for directory, subdirectories, files in os.walk(TRACING / "events"):
+        paths += [Path(directory, name) for name in (*subdirectories, *files)]
+    return {path: (status.st_uid, status.st_gid, status.st_mode) for path in paths if (status := path.stat())}
+
+
 @pytest.fixture(scope="module")
 def lab():
-    """The seed lab's probes in perf's default group, made by root; loopback up. Deleted after, whatever happens."""
+    """The seed lab's probes in perf's default group, made by root and made readable to the students' group as
+    the hint says; loopback up. Deleted and the owners and modes restored after, whatever happens."""
     for tool in ("setpriv", "perf", "ip"):
         if shutil.which(tool) is None:
             pytest.skip(f"the guest has no {tool}")
     events = Events(Tracefs(TRACING))
     assert events.events_in("probe") == [], "the guest has probes in group probe already"
     lo_was_down = Path("/sys/class/net/lo/operstate").read_text().strip() == "down"
+    before = owners_and_modes()
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)  # the guest's init leaves it down
     try:
         for spec in ("tcp_recvmsg_sk=tcp_recvmsg sk", "tcp_recvmsg%return $retval"):
             made = run_cli("probe", spec)
             assert made.returncode == 0, made.stderr
+        subprocess.run(["sh", "-c", group_readable_commands()], check=True)
         yield
     finally:
         events.delete_group("probe")
+        for path, status in before.items():
+            os.chown(path, status[0], status[1])
+            os.chmod(path, status[2])
+        assert owners_and_modes() == before
         if lo_was_down:
             subprocess.run(["ip", "link", "set", "lo", "down"], check=True)
     assert "probe/" not in (TRACING / "dynamic_events").read_text()
@@ -119,37 +143,55 @@ def home():
             os.chown(path, STUDENT, STUDENT)
         yield directory
     finally:
+        for child in STARTED:  # a tail left by a failure holds its events open: they could not be deleted
+            child.kill()
+            child.wait()
+        STARTED.clear()
         shutil.rmtree(directory)
 
 
-@pytest.fixture
-def paranoid_minus_one():
-    """Set-up 1 for the test's length; the level before restored also on failure."""
+@pytest.fixture(params=["paranoid -1", "capable perf"])
+def set_up(request):
+    """The administrator's set-up for the test's length: the perf the student runs, and its environment. The
+    level before and tracefs restored, also on failure. Set-up 2 is a copy of perf with perf-security.rst's
+    capabilities at paranoid 2: above 2 Debian's patch lets only CAP_SYS_ADMIN open a perf event."""
     before = paranoid()
     assert before is not None
-    set_paranoid(-1)
+    directory = Path(f"/tmp/kpstudent-perfusers-{os.getpid()}")
     try:
-        yield
+        if request.param == "capable perf":
+            set_paranoid(min(before, 2))
+            directory.mkdir(mode=0o755)
+            perf = directory / "perf"
+            shutil.copy2(shutil.which("perf") or "perf", perf)
+            subprocess.run(["setcap", "cap_perfmon,cap_sys_ptrace,cap_syslog=ep", str(perf)], check=True)
+            yield str(perf), {"KPROBE_TUI_PERF": str(perf)}
+        else:
+            set_paranoid(-1)
+            yield "perf", {}
     finally:
         set_paranoid(before)
+        shutil.rmtree(directory, ignore_errors=True)
 
 
-def as_student(home: Path, *command: str) -> subprocess.Popen:
-    """``command`` as the student: its uid and gid, no other group, CAP_DAC_READ_SEARCH only (ambient); the
-    guest's PYTHONPATH (the project and the venv's packages) kept."""
-    return subprocess.Popen(["setpriv", f"--reuid={STUDENT}", f"--regid={STUDENT}", "--clear-groups",
-                             "--inh-caps=-all,+dac_read_search", "--ambient-caps=+dac_read_search", *command],
-                            cwd=home, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "HOME": str(home), "PYTHONDONTWRITEBYTECODE": "1"})
+def as_student(home: Path, *command: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """``command`` as the student: its uid and gid, no other group, no capability; the guest's PYTHONPATH
+    (the project and the venv's packages) kept."""
+    child = subprocess.Popen(["setpriv", f"--reuid={STUDENT}", f"--regid={STUDENT}", "--clear-groups", "--inh-caps=-all",
+                              *command],
+                             cwd=home, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "HOME": str(home), "PYTHONDONTWRITEBYTECODE": "1", **(env or {})})
+    STARTED.append(child)
+    return child
 
 
-def kprobe_tui(home: Path, *args: str) -> subprocess.Popen:
-    return as_student(home, sys.executable, "-m", "kprobe_tui", *args)
+def kprobe_tui(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    return as_student(home, sys.executable, "-m", "kprobe_tui", *args, env=env)
 
 
-def tail(home: Path, *args: str, seconds: int = TAIL_SECONDS) -> subprocess.Popen:
+def tail(home: Path, env: dict[str, str], *args: str, seconds: int = TAIL_SECONDS) -> subprocess.Popen:
     """``kprobe-tui tail --json`` as the student, returned once its events are open (its first line on stderr)."""
-    child = kprobe_tui(home, "tail", "--json", "--duration", str(seconds), *args)
+    child = kprobe_tui(home, "tail", "--json", "--duration", str(seconds), *args, env=env)
     announced = b""  # read from the pipe itself: communicate() reads past any buffer
     while not announced.endswith(b"\n") and (byte := os.read(child.stderr.fileno(), 1)):
         announced += byte
@@ -179,48 +221,50 @@ def test_under_debians_default_paranoid_the_student_is_told_what_to_ask_for(lab,
     if level is None or level < 1:
         pytest.skip(f"kernel.perf_event_paranoid is {level} in this guest")
     out, err = kprobe_tui(home, "tail", ENTRY, "--duration", "1").communicate(timeout=120)
-    assert not out and f"kernel.perf_event_paranoid is {level}" in err and "needs -1 or CAP_PERFMON" in err, err
+    assert not out and f"kernel.perf_event_paranoid is {level}" in err and "Traceback" not in err, err
     assert "sudo sysctl kernel.perf_event_paranoid=-1" in err
-    assert "sudo setcap cap_perfmon,cap_sys_ptrace,cap_syslog=ep /usr/bin/perf" in err and "Traceback" not in err
+    assert "sudo setcap cap_perfmon,cap_sys_ptrace,cap_syslog=ep /usr/bin/perf" in err
+    if level > 2:  # Debian's patch: above 2 only CAP_SYS_ADMIN opens a perf event (kernel/events/core.c, 6.1)
+        assert "needs -1 or CAP_SYS_ADMIN" in err and "sudo sysctl kernel.perf_event_paranoid=2" in err
+    else:
+        assert "needs -1 or CAP_PERFMON" in err
 
 
-def test_the_students_seed_lab_is_its_own_perf_records(lab, home, paranoid_minus_one):
+def test_the_students_seed_lab_is_its_own_perf_records(lab, home, set_up):
+    perf, env = set_up
     listed, err = kprobe_tui(home, "list").communicate(timeout=120)
     assert "p:probe/tcp_recvmsg_sk tcp_recvmsg sk=" in listed, listed + err
     assert "r10:probe/tcp_recvmsg__return tcp_recvmsg arg1=$retval" in listed
 
     traffic = as_student(home, "/usr/bin/python3", str(home / "traffic.py"), str(home / "commands"),
                          str(home / "answers"))
-    try:
-        assert traffic.stdout.readline() == "connected\n", traffic.stderr.read()
-        comm = Path(f"/proc/{traffic.pid}/comm").read_text().strip()
-        entries, returns = tail(home, ENTRY), tail(home, RETURN)
-        # perf starts its command once its events are enabled: the poke makes the traffic while it records
-        recording = as_student(home, "perf", "record", "-q", "-e", ENTRY, "-a", "-o", str(home / "perf.data"), "--",
-                               "sh", "-c", f"echo 11 222 3333 > {home}/commands && cat {home}/answers")
-        _, err = recording.communicate(timeout=300)
-        assert recording.returncode == 0, err
-        script, err = as_student(home, "perf", "script", "-i", str(home / "perf.data")).communicate(timeout=300)
-        oracle = [row for row in map(PERF_LINE.fullmatch, script.splitlines()) if row and int(row["tid"]) == traffic.pid]
-        assert len(oracle) == 6, script + err
+    assert traffic.stdout.readline() == "connected\n", traffic.stderr.read()
+    comm = Path(f"/proc/{traffic.pid}/comm").read_text().strip()
+    entries, returns = tail(home, env, ENTRY), tail(home, env, RETURN)
+    # perf starts its command once its events are enabled: the poke makes the traffic while it records
+    recording = as_student(home, perf, "record", "-q", "-e", ENTRY, "-a", "-o", str(home / "perf.data"), "--",
+                           "sh", "-c", f"echo 11 222 3333 > {home}/commands && cat {home}/answers")
+    _, err = recording.communicate(timeout=300)
+    assert recording.returncode == 0, err
+    script, err = as_student(home, perf, "script", "-i", str(home / "perf.data")).communicate(timeout=300)
+    oracle = [row for row in map(PERF_LINE.fullmatch, script.splitlines()) if row and int(row["tid"]) == traffic.pid]
+    assert len(oracle) == 6, script + err
 
-        seen = [event for event in tailed(entries) if event["pid"] == traffic.pid]
-        assert [(event["comm"], event["cpu"], number(event["args"]["sk"])) for event in seen] == [
-            (row["comm"], int(row["cpu"]), int(row["sk"], 16)) for row in oracle]
-        mine, other = {number(event["args"]["sk"]) for event in seen[::2]}, {number(event["args"]["sk"]) for event in seen[1::2]}
-        assert len(mine) == len(other) == 1 and mine != other and comm == seen[0]["comm"]
-        retvals = [number(event["args"]["arg1"]) for event in tailed(returns) if event["pid"] == traffic.pid]
-        assert retvals == [11, 12, 222, 223, 3333, 3334]
+    seen = [event for event in tailed(entries) if event["pid"] == traffic.pid]
+    assert [(event["comm"], event["cpu"], number(event["args"]["sk"])) for event in seen] == [
+        (row["comm"], int(row["cpu"]), int(row["sk"], 16)) for row in oracle]
+    mine, other = ({number(event["args"]["sk"]) for event in seen[start::2]} for start in (0, 1))
+    assert len(mine) == len(other) == 1 and mine != other and comm == seen[0]["comm"]
+    retvals = [number(event["args"]["arg1"]) for event in tailed(returns) if event["pid"] == traffic.pid]
+    assert retvals == [11, 12, 222, 223, 3333, 3334]
 
-        sk = hex(mine.pop())
-        filtered = tail(home, ENTRY, "--filter", f"sk == {sk}", seconds=TAIL_SECONDS // 2)
-        send(home, "44 555")
-        kept = tailed(filtered)
-        assert [(event["pid"], hex(number(event["args"]["sk"]))) for event in kept] == [(traffic.pid, sk)] * 2
+    sk = hex(mine.pop())
+    filtered = tail(home, env, ENTRY, "--filter", f"sk == {sk}", seconds=TAIL_SECONDS // 2)
+    send(home, "44 555")
+    kept = tailed(filtered)
+    assert [(event["pid"], hex(number(event["args"]["sk"]))) for event in kept] == [(traffic.pid, sk)] * 2
 
-        counted, err = as_student(home, sys.executable, "-c", COUNT_BY_COMM, str(home / "commands"),
-                                  str(home / "answers")).communicate(timeout=300)
-        assert json.loads(counted) == {"engine": "user/perf", "lost": 0, "entries": [[[comm], 4]]}, counted + err
-    finally:
-        traffic.kill()
-        traffic.wait()
+    counted, err = as_student(home, sys.executable, "-c", COUNT_BY_COMM, str(home / "commands"),
+                              str(home / "answers"), env=env).communicate(timeout=300)
+    assert counted, err
+    assert json.loads(counted) == {"engine": "user/perf", "lost": 0, "entries": [[[comm], 4]]}, counted + err
