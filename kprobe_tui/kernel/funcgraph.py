@@ -33,8 +33,9 @@ SETTING_FILES = ("set_graph_function", "max_graph_depth", "set_ftrace_pid", "set
                  "buffer_size_kb")
 # The top level's ring buffer starts at 7 KB a CPU and grows to the kernel's size (1408 KB) when first used,
 # unless any instance has set its own size first: the kernel then counts every buffer as grown (6.1 guest,
-# measured: after one count or tail, 7 KB stayed, and a graph of dd's 45 reads kept 21 and lost 240 entries).
-# A graph run gives it at least the kernel's own size, and gives back the size it found.
+# measured: after one count or tail, 7 KB stayed, and a graph of dd's 45 reads kept 21 and lost 240 entries;
+# 6.12 keeps that mark per buffer and grows the top level with its tracer). A graph run gives a buffer the
+# kernel left at its boot size the kernel's own size, and gives back the size it found.
 GRAPH_BUFFER_KB = 1408
 # Options we set: each call's task and pid (the call tree is per thread), the callee's name on "}"
 # lines (a call whose entry was lost is still named), interrupts only when asked.
@@ -87,7 +88,7 @@ class GraphTracer:
         if settings.function not in self.top.read("set_graph_function").split():
             raise not_known
         self.top.write("max_graph_depth", str(settings.depth), append=False)
-        if 0 < _kilobytes(saved.files.get("buffer_size_kb", "")) < GRAPH_BUFFER_KB:
+        if "buffer_size_kb" in saved.files:  # kept small by the kernel: see GRAPH_BUFFER_KB
             self.top.write("buffer_size_kb", str(GRAPH_BUFFER_KB), append=False)
         if settings.pids:
             self.top.write("set_ftrace_pid", " ".join(map(str, settings.pids)), append=False)
@@ -135,8 +136,11 @@ class GraphTracer:
         for name in SETTING_FILES:
             if self.top.exists(name):
                 saved.files[name] = self.top.read(name)
-        if not _kilobytes(saved.files.get("buffer_size_kb", "")):
-            saved.files.pop("buffer_size_kb", None)  # "X": the CPUs' sizes differ, and the buffer is left alone
+        size = saved.files.get("buffer_size_kb", "")
+        if "expanded" in size or not 0 < _kilobytes(size) < GRAPH_BUFFER_KB:
+            # not yet grown (the kernel grows it with the tracer: 6.12 always, 6.1 until an instance is sized),
+            # "X" (the CPUs' sizes differ) or big enough: left alone, and so not given back
+            saved.files.pop("buffer_size_kb", None)
         for option in GRAPH_OPTIONS:
             if self.top.exists(f"options/{option}"):
                 saved.options[option] = self.top.read(f"options/{option}").strip()
@@ -162,7 +166,7 @@ def _setting_text(name: str, text: str) -> str:
     lines = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
     if name in ("set_ftrace_pid", "set_ftrace_notrace_pid") and lines == ["no pid"]:
         return ""
-    if name == "buffer_size_kb":  # "7 (expanded: 1408)" before the buffer first grew: its size now
+    if name == "buffer_size_kb":
         return str(_kilobytes(text))
     return " ".join(lines)
 
