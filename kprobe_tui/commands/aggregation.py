@@ -23,9 +23,10 @@ from kprobe_tui.kernel.tracefs import Tracefs
 from kprobe_tui.stream.stacks import MAX_STACKS_ENV, StackTable, format_bpftrace, format_folded, format_json
 from kprobe_tui.textsafe import printable
 
-ENGINE_HELP = ("where to aggregate: kernel (hist triggers, synthetic events, kprobe_profile: user space reads "
-               "a table once per interval), user (events read from our trace instance and counted here), or "
-               "auto (default: the kernel whenever it can; the reason is printed)")
+ENGINE_HELP = ("where to aggregate: bpf (a BPF program of ours on each probe, no event recorded), hist (hist "
+               "triggers and synthetic events), kernel (kprobe_profile for plain counts, else bpf, else hist: user "
+               "space reads a table once per interval), user (events read from our trace instance and counted "
+               "here), or auto (default: the kernel whenever it can; the reason is printed)")
 
 
 # -x BINARY: the functions counted are that program's or library's (uprobes), before or after the command.
