@@ -30,8 +30,8 @@ from kprobe_tui.kernel.tracefs import Tracefs
 from kprobe_tui.probes.rawfetch import ARG_REGISTERS
 from kprobe_tui.stream.filterexpr import field_layout
 
-# Distinct keys kept; more are counted as dropped, as a full hist table's are. A key is 32 bytes: with
-# its hash map's own overhead about 100 bytes, 3.2 MB preallocated.
+# Distinct keys kept; more are counted as dropped, as a full hist table's are. A key is 32 bytes, its
+# value 8, and the kernel preallocates every entry of a hash map (with its overhead, a few MB).
 MAX_KEYS = 32768
 MAX_THREADS = 16384  # latency: calls in flight, one entry each (a thread is in one call of the function at once)
 # Where each register is in x86-64's struct pt_regs, as the kernel's fetch-args name them.
@@ -111,8 +111,8 @@ class BpfEngine:
         self._counts: bpf.Map | None = None
         self._misses: bpf.Map | None = None  # per CPU: hits a full map could not keep, returns with no entry
         self._undo: int | None = None
-        # a histogram's value per probe (its index is in every key): signed or not, as the probe's type says
-        self._layouts: list[tuple[int, bool]] = []  # a histogram's value per probe: (bytes, signed), as formatted
+        # a histogram's value per probe (its index is in every key): (bytes, signed), as the event's format says
+        self._layouts: list[tuple[int, bool]] = []
 
     def start(self) -> None:
         """Make the maps, load a program per probe and attach it; on a refusal everything made is closed.
