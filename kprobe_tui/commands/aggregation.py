@@ -8,6 +8,7 @@ printed (``textsafe``: a newline in a comm must not forge a line); JSON escapes 
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 
@@ -17,7 +18,9 @@ from kprobe_tui.aggregate.run import AggregationRun, Sample
 from kprobe_tui.aggregate.stackrun import StackRun
 from kprobe_tui.aggregate.targets import DEFAULT_MAX_PROBES, TargetBuilder, Targets, run_builder
 from kprobe_tui.aggregate.text import render
+from kprobe_tui.aggregate.user_engine import existing_targets
 from kprobe_tui.commands.seconds import check_seconds
+from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import sources
 from kprobe_tui.kernel.tracefs import Tracefs
 from kprobe_tui.stream.stacks import MAX_STACKS_ENV, StackTable, format_bpftrace, format_folded, format_json
@@ -46,6 +49,24 @@ def check_times(args) -> None:
     check_seconds(args, "interval", "duration")
 
 
+# GROUP:EVENT or GROUP/EVENT (globs allowed): events that exist already, as perf record -e names them. Never a
+# SPEC: perf's FUNC:RLN and SRC:ALN end in a line number, and a source file's name has a '.'.
+EXISTING_EVENT = re.compile(r"[A-Za-z_*?\[][\w*?\[\]]*[:/][A-Za-z_*?\[][\w*?\[\]]*")
+
+
+def existing_events(args, specs: list[str]) -> tuple[Tracefs, Targets] | None:
+    """The events the SPECs name when they are existing events (an administrator's probes, which a student in
+    lab mode counts as perf record would read them): nothing is made for them; None when they are SPECs."""
+    named = [spec for spec in specs if EXISTING_EVENT.fullmatch(spec)]
+    if not named:
+        return None
+    if len(named) != len(specs) or args.binary:
+        raise UserError(f"{' '.join(specs)}: existing events (GROUP:EVENT) and new probes (SPEC, -x) in one run",
+                        "count either events that exist (probe:tcp_recvmsg) or probes to make, in separate runs")
+    top = sources.from_args(args).tracing()
+    return top, existing_targets(top, named)
+
+
 def builder(args) -> tuple[Tracefs, TargetBuilder]:
     return run_builder(sources.from_args(args), args.binary, getattr(args, "max_probes", None) or DEFAULT_MAX_PROBES)
 
@@ -69,10 +90,11 @@ def _say_tracing(targets: Targets) -> None:
     _err(f"Tracing {len(targets.items)} probe{'s' if len(targets.items) != 1 else ''}... Hit Ctrl-C to end.")
 
 
-def run_aggregation(args, what: str, aggregation: Aggregation, top, targets: Targets) -> int:
-    """Start, print a table per interval (or one at the end), stop; Ctrl-C ends it with the final table."""
+def run_aggregation(args, what: str, aggregation: Aggregation, top, targets: Targets, existing: bool = False) -> int:
+    """Start, print a table per interval (or one at the end), stop; Ctrl-C ends it with the final table.
+    ``existing``: the targets are events that exist already (``existing_events``), left as they are."""
     _say_skipped(targets)
-    run = AggregationRun(top, aggregation, targets, args.filter, args.engine)
+    run = AggregationRun(top, aggregation, targets, args.filter, args.engine, existing=existing)
     choice = run.start()
     printed = False
     try:

@@ -12,7 +12,7 @@ from kprobe_tui.aggregate.model import Aggregation, Field, parse_field
 from kprobe_tui.aggregate.stackrun import STACK_KEY, StackRun
 from kprobe_tui.aggregate.targets import DEFAULT_MAX_PROBES
 from kprobe_tui.commands.aggregation import OPTIONS as AGGREGATION_OPTIONS
-from kprobe_tui.commands.aggregation import add_common, builder, check_times, run_aggregation, run_stack_count
+from kprobe_tui.commands.aggregation import add_common, builder, check_times, existing_events, run_aggregation, run_stack_count
 from kprobe_tui.errors import UserError
 
 OPTIONS = AGGREGATION_OPTIONS
@@ -21,7 +21,8 @@ OPTIONS = AGGREGATION_OPTIONS
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("count", help="count hits per probe, comm, pid or value (kernel-side where it can)")
     parser.add_argument("specs", nargs="+", metavar="SPEC",
-                        help="a probe as `kprobe-tui probe` takes it ('tcp_sendmsg size'), or a glob of functions ('vfs_*')")
+                        help="a probe as `kprobe-tui probe` takes it ('tcp_sendmsg size'), a glob of functions ('vfs_*'), "
+                             "or events that exist already, as GROUP:EVENT (probe:tcp_recvmsg; globs)")
     parser.add_argument("--by", metavar="KEY[,KEY...]",
                         help="comm, pid, probe, or a captured argument (ntohs(FIELD)/ntohl(FIELD) for network "
                              "byte order); up to 3 (default: probe); or stack, or stack,comm: who calls it")
@@ -57,6 +58,10 @@ def run(args) -> int:
     by_stack = stack_keys(args.by)
     if args.folded and not by_stack:
         raise UserError("--folded prints stacks", "add --by stack")
+    found = existing_events(args, args.specs)
+    if found and by_stack:
+        raise UserError(f"--by {args.by}: existing events are counted by comm, pid, probe or their fields",
+                        "count a function by stack as a SPEC (tcp_recvmsg), which makes its own probe")
     if by_stack:
         by_comm = "comm" in by_stack
         top, build = builder(args)
@@ -65,6 +70,8 @@ def run(args) -> int:
         return run_stack_count(args, f"count {' '.join(args.specs)} --by {','.join(by_stack)}",
                                StackRun(top, targets, by_comm, args.filter, args.engine), targets)
     aggregation = Aggregation("count", keys=parse_keys(args.by, (Field("probe"),)), top=args.top)
+    if found:
+        return run_aggregation(args, f"count {' '.join(args.specs)}", aggregation, *found, existing=True)
     top, build = builder(args)
     targets = build.counting(args.specs, aggregation, args.filter)
     return run_aggregation(args, f"count {' '.join(args.specs)}", aggregation, top, targets)

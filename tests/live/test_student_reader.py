@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -334,3 +335,24 @@ def test_the_student_counts_and_histograms_the_administrators_event(student, lab
     # each call timed from its entry to its return, on the perf clock (a few microseconds under a uprobe each)
     assert answers["latency"]["entries"] == [[["tvg"], CALLS]] and 0 < answers["latency"]["sum"] < CALLS * 10**7
     assert ours(tracefs_root) == definitions_before  # nothing made, nothing deleted
+
+
+def test_the_students_count_command_counts_the_administrators_event_by_name(student, lab, set_up, tracefs_root):
+    """``kprobe-tui count GROUP:hit --by comm``, as perf record names an event: the administrator's probe is counted,
+    not made anew (a SPEC would be "not a probe point"), and nothing in the kernel changes."""
+    directory, binary = lab
+    _, env = set_up
+    definitions_before = ours(tracefs_root)
+    counting = as_student(student, directory, sys.executable, "-m", "kprobe_tui", "count", f"{GROUP}:hit", "--by", "comm",
+                          "--json", env=env)
+    announced = b""  # the engine line, once the events are open
+    while not announced.endswith(b"\n") and (byte := os.read(counting.stderr.fileno(), 1)):
+        announced += byte
+    assert b"user engine" in announced, announced.decode() + counting.stderr.read()
+    subprocess.run([str(binary), str(CALLS)], capture_output=True, check=True)
+    counting.send_signal(signal.SIGINT)
+    out, err = counting.communicate(timeout=60)
+    assert counting.returncode == 0, err
+    [final] = [json.loads(line) for line in out.splitlines()]
+    assert [(entry["key"], entry["count"]) for entry in final["entries"]] == [({"comm": "tvg"}, CALLS)], out
+    assert ours(tracefs_root) == definitions_before
