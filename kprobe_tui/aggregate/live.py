@@ -22,6 +22,7 @@ from kprobe_tui.aggregate.model import Aggregation, Field, Linear, Log2, keys_of
 from kprobe_tui.aggregate.run import AggregationRun
 from kprobe_tui.aggregate.stackrun import STACK_KEY, StackRun
 from kprobe_tui.aggregate.targets import GLOB_CHARACTERS, TargetBuilder, Targets, run_builder
+from kprobe_tui.aggregate.user_engine import existing_targets
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.events import DynamicEvent
 from kprobe_tui.kernel.tracefs import Tracefs
@@ -40,7 +41,9 @@ LINEAR_BUCKETS = 10  # a linear scale derived from the values seen: about this m
 class StatsRequest:
     """The question: where (``spec``: perf-syntax words, as ``kprobe-tui probe`` takes them), and the
     choices the view cycles through: key (None, comm, pid, probe, a field, the stack of a count), value
-    (count, a field, latency) and, for a histogram, linear buckets (None: log2)."""
+    (count, a field, latency) and, for a histogram, linear buckets (None: log2). Asked at an existing probe,
+    ``event`` names it (GROUP:EVENT); ``existing``: that event is aggregated as it is, no probe made (a student,
+    who may read it as perf record does but make nothing)."""
 
     spec: tuple[str, ...]
     binary: str | None = None
@@ -50,6 +53,15 @@ class StatsRequest:
     value: str = "count"
     linear: Linear | None = None
     engine: str = "auto"
+    event: str | None = None
+    existing: bool = False
+
+    def as_existing(self) -> StatsRequest:
+        """The same question of the existing event itself: keyed and valued by what it captures, no stack, no
+        latency (those need probes of our own)."""
+        changed = replace(self, existing=True)
+        changed = changed if changed.value in changed.values_offered() else replace(changed, value="count")
+        return changed if changed.key in changed.keys_offered() else replace(changed, key="comm")
 
     @property
     def glob(self) -> bool:
@@ -61,11 +73,11 @@ class StatsRequest:
 
     def keys_offered(self) -> list[str | None]:
         """None (one total), what the model lets this kind be keyed by and, for a count, the stack."""
-        stack = [STACK_KEY] if self.kind == "count" else []
+        stack = [STACK_KEY] if self.kind == "count" and not self.existing else []
         return [None, *keys_offered(self.kind, self.fields, several_probes=self.glob), *stack]
 
     def values_offered(self) -> list[str]:
-        return ["count", *self.fields, *(["latency"] if self.function and not self.glob else [])]
+        return ["count", *self.fields, *(["latency"] if self.function and not self.glob and not self.existing else [])]
 
     def cycled(self, what: str) -> StatsRequest:
         """The next key or value; a key the new value cannot have falls back to none."""
@@ -106,8 +118,12 @@ class StatsRequest:
             return builder.histogram(shlex.join(words), value, aggregation, "")
         return builder.counting([shlex.join(self.spec)], aggregation, "", stacks=self.key == STACK_KEY)
 
-    def run(self, top: Tracefs, builder: TargetBuilder) -> tuple[AggregationRun | StackRun, Targets]:
-        """The run that answers it, not started, and its targets."""
+    def run(self, top: Tracefs, builder: TargetBuilder | None) -> tuple[AggregationRun | StackRun, Targets]:
+        """The run that answers it, not started, and its targets (``builder``: None for an existing event)."""
+        if self.existing and self.event:
+            targets = existing_targets(top, [self.event])
+            return AggregationRun(top, self.aggregation(), targets, engine=self.engine, existing=True), targets
+        assert builder is not None, "a run that makes its probes builds them"
         targets = self.targets(builder)
         if self.key == STACK_KEY:
             return StackRun(top, targets, engine=self.engine), targets
@@ -117,6 +133,9 @@ class StatsRequest:
         """The same question on the command line (what an administrator runs in lab mode)."""
         where = ["-x", self.binary] if self.binary else []
         by = ["--by", self.key] if self.key else []
+        if self.existing and self.event:
+            field = [self.value] if self.kind == "hist" else []
+            return ["kprobe-tui", self.kind, self.event, *field, *by]
         if self.kind == "latency":
             return ["kprobe-tui", "latency", *where, self.timed_function, *by]
         if self.kind == "hist":
@@ -148,7 +167,7 @@ def probe_request(event: DynamicEvent) -> StatsRequest:
              "line": f"{target.function}:{target.number}"}[target.kind]  # a line: every address of it
     args = tuple(target.args.split())
     fields = tuple(dict.fromkeys(word.split("=", 1)[0] for word in args if "=" in word))
-    return StatsRequest((place, *args), target.binary, fields, target.function)
+    return StatsRequest((place, *args), target.binary, fields, target.function, event=f"{event.group}:{event.event}")
 
 
 def nice_linear(low: int | None, high: int | None, buckets: int = LINEAR_BUCKETS) -> Linear:
@@ -233,7 +252,7 @@ class StatsRunner:
 
     def _start(self, generation: int, request: StatsRequest) -> bool:
         try:
-            top, builder = run_builder(self.sources, request.binary)
+            top, builder = (self.sources.tracing(), None) if request.existing else run_builder(self.sources, request.binary)
             run, targets = request.run(top, builder)
             run.start()
         except UserError as exc:

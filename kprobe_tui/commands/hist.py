@@ -12,7 +12,7 @@ import re
 from kprobe_tui.aggregate.model import Aggregation, Field, parse_linear
 from kprobe_tui.aggregate.targets import Targets, argument_name
 from kprobe_tui.commands.aggregation import OPTIONS as AGGREGATION_OPTIONS
-from kprobe_tui.commands.aggregation import add_common, builder, check_times, run_aggregation
+from kprobe_tui.commands.aggregation import add_common, builder, check_times, existing_events, run_aggregation
 from kprobe_tui.commands.count import parse_keys
 from kprobe_tui.errors import UserError
 from kprobe_tui.probes.spec import parse_arg
@@ -24,7 +24,8 @@ NUMERIC_TYPE = re.compile(r"[sux](?:8|16|32|64)|b\d+@\d+/(?:8|16|32|64)", re.ASC
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("hist", help="histogram of a captured value (log2 or --linear)")
-    parser.add_argument("spec", metavar="SPEC", help="a probe as `kprobe-tui probe` takes it, e.g. __alloc_pages or 'work:3'")
+    parser.add_argument("spec", metavar="SPEC", help="a probe as `kprobe-tui probe` takes it, e.g. __alloc_pages or 'work:3', "
+                                                     "or an existing event (GROUP:EVENT)")
     parser.add_argument("field", metavar="FIELD", help="the value: a variable, member, $argN or NAME=EXPR[:TYPE]")
     parser.add_argument("--linear", metavar="MIN,MAX,STEP", help="linear buckets (bpftrace's lhist) instead of log2; a negative MIN as --linear=-100,100,10")
     parser.add_argument("--by", metavar="KEY[,KEY]", help="one histogram per comm, pid, probe or captured argument")
@@ -49,6 +50,9 @@ def run(args) -> int:
     value = Field(argument_name(parse_arg(args.field)))
     aggregation = Aggregation("hist", keys=parse_keys(args.by), value=value,
                               buckets=parse_linear(args.linear) if args.linear else None)
+    found = existing_events(args, [args.spec])
+    if found:  # the event's own field, as its format names it
+        return run_aggregation(args, f"hist {args.spec} {args.field}", aggregation, *found, existing=True)
     top, build = builder(args)
     targets = build.histogram(args.spec, args.field, aggregation, args.filter)
     check_numeric(targets, value, args.field)

@@ -217,10 +217,13 @@ class KprobeTui(App):
 
     def on_open_stats(self, message: OpenStats) -> None:
         """The statistics view, or in lab mode the command an administrator runs."""
+        request = message.request
         if not self.access.can_aggregate:
-            self._hand_off("Statistics", self.access.can_aggregate.why_not, handoff(message.request))
-            return
-        self.push_screen(StatsScreen(message.request, self.sources))
+            if not (request.event and self.access.reader.kind.startswith("perf")):
+                self._hand_off("Statistics", self.access.can_aggregate.why_not, handoff(request))
+                return
+            request = request.as_existing()  # the administrator's event, read as perf record reads it
+        self.push_screen(StatsScreen(request, self.sources))
 
     def on_open_graph(self, message: OpenGraph) -> None:
         """The call tree screen, or in lab mode the command an administrator runs."""

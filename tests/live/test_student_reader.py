@@ -356,3 +356,67 @@ def test_the_students_count_command_counts_the_administrators_event_by_name(stud
     [final] = [json.loads(line) for line in out.splitlines()]
     assert [(entry["key"], entry["count"]) for entry in final["entries"]] == [({"comm": "tvg"}, CALLS)], out
     assert ours(tracefs_root) == definitions_before
+
+
+def test_the_statistics_view_in_lab_mode_counts_the_administrators_event(student, lab, set_up, tracefs_root):
+    """The app as the student: l, the administrator's probe, a: the statistics view counts that event by comm
+    as the student's reader reads it (no hand-off), v: a histogram of its field n; nothing is made or changed."""
+    directory, binary = lab
+    _, env = set_up
+    definitions_before = ours(tracefs_root)
+
+    def drive() -> dict:
+        import asyncio
+
+        os.environ.update(env)
+        from kprobe_tui.kernel.sources import locate
+        from kprobe_tui.probes.binary import BinaryCatalog
+        from kprobe_tui.tui.app import KprobeTui
+        from kprobe_tui.tui.screens.stats import StatsScreen
+
+        seen: dict = {}
+
+        async def wait_for(pilot, condition) -> bool:
+            for _ in range(400):
+                if condition():
+                    return True
+                await pilot.pause(0.05)
+            return False
+
+        def counted(stats) -> int:
+            return stats.result.count if stats.result is not None else 0
+
+        async def main() -> None:
+            app = KprobeTui(locate(mount=False), BinaryCatalog(binary))
+            async with app.run_test(size=(80, 24)) as pilot:
+                await pilot.press("l")
+                panel = app.screen
+                name = f"{GROUP}/hit"
+                await wait_for(pilot, lambda: name in panel.shown)
+                table = panel.query_one("DataTable")
+                table.move_cursor(row=table.get_row_index(name))
+                await pilot.press("a")
+                stats = app.screen
+                seen["stats"] = isinstance(stats, StatsScreen)
+                await wait_for(pilot, lambda: stats.choice is not None or stats.error)
+                seen["choice"] = (stats.choice.engine, stats.choice.method) if stats.choice else stats.error
+                subprocess.run([str(binary), str(CALLS)], capture_output=True, check=True)
+                await wait_for(pilot, lambda: counted(stats) == CALLS)
+                seen["count"] = [(list(entry.key), entry.count) for entry in stats.result.entries] if stats.result else None
+                await pilot.press("v")
+                await wait_for(pilot, lambda: stats.choice is not None and stats.request.value == "n")
+                await wait_for(pilot, lambda: stats.sample is not None)
+                subprocess.run([str(binary), str(CALLS)], capture_output=True, check=True)
+                await wait_for(pilot, lambda: counted(stats) == CALLS)
+                seen["hist"] = (stats.request.kind, counted(stats), stats.result.total.sum if stats.result else None)
+                seen["command"] = stats.request.command()
+
+        asyncio.run(main())
+        return seen
+
+    seen = as_user(student, drive, read_everything=True, home=directory)
+    assert seen["stats"] and seen["choice"] == ["user", "perf"], seen  # (lists: the answer came back as JSON)
+    assert seen["count"] == [[["tvg"], CALLS]], seen
+    assert seen["hist"] == ["hist", CALLS, sum(range(100, 100 + CALLS))], seen
+    assert seen["command"] == ["kprobe-tui", "hist", f"{GROUP}:hit", "n", "--by", "comm"]
+    assert ours(tracefs_root) == definitions_before
