@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import queue
+import shlex
 import sys
 import time
 
 from kprobe_tui.commands.seconds import check_seconds
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import sources
+from kprobe_tui.probes.guard import SocketSpotter
 from kprobe_tui.stream.parser import Event
 from kprobe_tui.stream.reader import StreamUpdate
 from kprobe_tui.stream.session import StudentSession, open_session
@@ -89,6 +91,7 @@ def run(args) -> int:
             batches.put(update)  # wake the main loop to report it
 
     render = event_json if args.json else format_event
+    spotter = SocketSpotter.of_this_session()
 
     def emit(item: list[Event] | StreamUpdate) -> bool:
         """Print a batch or report an update; False once the reader has stopped."""
@@ -98,6 +101,11 @@ def run(args) -> int:
             if item.error:
                 raise UserError(item.error)
             return not item.finished
+        own = spotter.see(item)
+        if own is not None:
+            print(f"kprobe-tui: your SSH connection's socket is {own.name}={own.address:#x}: --filter "
+                  f"{shlex.quote(own.keep)} keeps only it, --filter {shlex.quote(own.leave_out)} leaves it out",
+                  file=sys.stderr)
         shown = [ev for ev in item if session.store.matches(ev)] if session.store.filtered else item
         if shown:
             sys.stdout.write("\n".join(map(render, shown)) + "\n")

@@ -42,6 +42,59 @@ RELAY_PATH = ("pipe_write", "pipe_read", "anon_pipe_write", "anon_pipe_read")
 SERVED_BY = "KPROBE_TUI_SERVED_BY"
 
 
+# The arguments that hold a socket, as perf's lab captures one (tcp_recvmsg sk) and bcc's and bpftrace's tools name it.
+SOCKET_ARGUMENTS = ("sk", "sock")
+
+
+@dataclass(frozen=True)
+class OwnSocket:
+    """Our SSH connection's socket, as an event our sshd caused captured it: the filters that keep only it
+    (the lab's "your own connection") or leave it out (the golden rule)."""
+
+    name: str
+    address: int
+
+    @property
+    def keep(self) -> str:
+        return f"{self.name} == {self.address:#x}"
+
+    @property
+    def leave_out(self) -> str:
+        return f"{self.name} != {self.address:#x}"
+
+
+class SocketSpotter:
+    """Finds our SSH connection's socket in the events: the first one caused by our session's sshd (it reads
+    what we type and sends what we print) with a socket argument. Looks at an event only when it is sshd's."""
+
+    def __init__(self, session_pids: list[int]) -> None:
+        self._pids = frozenset(session_pids)
+        self.found: OwnSocket | None = None
+
+    @classmethod
+    def of_this_session(cls, environ: Mapping[str, str] = os.environ) -> SocketSpotter:
+        return cls(ssh_session_pids() if environ.get("SSH_CONNECTION") else [])
+
+    @property
+    def watching(self) -> bool:
+        """Over SSH, until the socket is found."""
+        return self.found is None and bool(self._pids)
+
+    def see(self, events) -> OwnSocket | None:
+        """The socket, the first time a batch of events shows it; None before and after."""
+        if not self.watching:
+            return None
+        for event in events:
+            if event.pid in self._pids or event.tgid in self._pids:
+                arguments = event.args
+                for name in SOCKET_ARGUMENTS:
+                    address = arguments.get(name)
+                    if isinstance(address, int) and address:
+                        self.found = OwnSocket(name, address)
+                        return self.found
+        return None
+
+
 @dataclass
 class GuardAdvice:
     """What to add to a probe's filter, what to tell the user, and whether they must confirm."""

@@ -28,6 +28,7 @@ from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.access import choose_reader
 from kprobe_tui.kernel.events import Events
 from kprobe_tui.probes.edit import line_place, uprobe_places
+from kprobe_tui.probes.guard import SocketSpotter
 from kprobe_tui.stream.export import export
 from kprobe_tui.stream.filterexpr import FilterError, compile_filter, parse
 from kprobe_tui.stream.parser import Event
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
 
 RATE_SECONDS = 60  # sparkline history
 MAX_RATE_ROWS = 3  # at 80x24 the table keeps the room
+SPOT_WINDOW = 2000  # the newest events looked at for our sshd's socket, an update at most
 
 
 class LineProbe(NamedTuple):
@@ -95,6 +97,7 @@ class EventsScreen(Screen):
         Binding("s", "toggle_stack", "Stacks"),
         Binding("a", "stats", "Stats", show=False),  # listed by help and the palette; the footer is full
         Binding("f", "flame", "Flame graph", show=False),  # of the stored events' stacks (s records them)
+        Binding("o", "own_socket", "Own socket", show=False),  # over SSH, once our sshd's socket was seen
         Binding("x", "export('jsonl')", "Export"),
         Binding("X", "export('csv')", "CSV", show=False),
     ]
@@ -125,6 +128,8 @@ class EventsScreen(Screen):
         self.lines: dict[str, LineProbe] = {}  # the tailed probes of a source line, by event name
         self._second_counts: dict[str, int] = {}
         self._second_start = time.monotonic()
+        self.spotter = SocketSpotter.of_this_session()
+        self._spotted_to = 0  # the store's total when the spotter last looked
 
     @classmethod
     def replay(cls, events: list[Event], **kwargs) -> EventsScreen:
@@ -212,7 +217,30 @@ class EventsScreen(Screen):
                 self.notify(update.error, title="Reader stopped", severity="error", timeout=30)
         if update.new:
             table.rows_changed()
+            if self.spotter.watching:
+                self._spot_own_socket()
         self._show_status()
+
+    def _spot_own_socket(self) -> None:
+        """Our SSH connection's socket, once an event our sshd caused shows it, is offered as the filter (o).
+        Only the newest events are looked at: sshd's come with each key typed."""
+        store = self.store
+        start, self._spotted_to = max(self._spotted_to, store.oldest, store.total - SPOT_WINDOW), store.total
+        own = self.spotter.see(filter(None, map(store.get, range(start, store.total))))
+        if own is not None:
+            self.notify(f"Your SSH connection's socket is {own.name}={own.address:#x}. o keeps only its events; "
+                        f"the filter {own.leave_out} leaves them out.", title="Your own connection", timeout=20)
+
+    def action_own_socket(self) -> None:
+        """Filter to our SSH connection's socket (again: leave it out)."""
+        own = self.spotter.found
+        if own is None:
+            self.notify("No event of your SSH connection's sshd has shown its socket yet: tail a probe that captures "
+                        "sk (tcp_recvmsg sk) over SSH and type a key.", title="Your own connection", severity="warning")
+            return
+        filter_input = self.query_one("#filter", Input)
+        filter_input.value = own.leave_out if filter_input.value == own.keep else own.keep
+        self.apply_filter(filter_input.value)
 
     def _roll_rates(self) -> None:
         """Per-event events/second, one value per elapsed second, for the sparklines."""

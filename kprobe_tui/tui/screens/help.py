@@ -51,7 +51,8 @@ HELP: dict[str, tuple[str, str]] = {  # screen class -> (title, what it is for)
          '(comm == "sshd" && len > 100 || event ~ "tcp_*"; pushed to the kernel where it can be), p pauses, '
          "Enter shows one event whole, s its kernel stack, End follows the newest, x and X export. A probe "
          "of a source line shows as the line (work:3), whichever of its addresses fired; its event name, "
-         "which a filter's event field matches, is in the detail."),
+         "which a filter's event field matches, is in the detail. Over SSH, once an event of your own sshd shows "
+         "its socket (a probe capturing sk), o filters to your own connection, and again leaves it out."),
     ),
     "ProbesScreen": (
         "Probes",
