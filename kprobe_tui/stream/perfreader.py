@@ -7,6 +7,9 @@ file (stream/rawformat.py, the very ``Event`` the text reader makes of ``trace_p
 merged in time order, the lost samples counted from PERF_RECORD_LOST. Samples carry no name: a
 process's is known from the PERF_RECORD_COMM of its exec (as perf script knows it); any other is
 left ``<...>`` for the reader's ``CommNames`` (``/proc/<pid>/comm``), as the text reader leaves it.
+A sample waits ``HOLD_SECONDS`` for the name records read after it (a bounded look-ahead, as the
+binary pages have): a perf binary writes each CPU's ring in turn, so a sample read from one CPU can
+come before the exec record, read from another, that names its process.
 The samples of this process and of the sampler's own (a perf binary) are dropped (the golden rule:
 the reader's own reads never feed it).
 """
@@ -14,8 +17,9 @@ the reader's own reads never feed it).
 from __future__ import annotations
 
 import errno
-import heapq
 import os
+import time
+from collections import deque
 from operator import attrgetter
 from typing import Protocol
 
@@ -27,6 +31,10 @@ from kprobe_tui.stream.rawformat import EventDecoder, RecordError, compile_forma
 from kprobe_tui.stream.reader import SourceBatch
 
 _TIME = attrgetter("ts")
+# What a sample waits for the name records read after it. Measured need: one pass of perf over the rings (CI
+# once named a 'tvg' sample 'perf-exec', the name before its exec); the cost: a student's tail shows each
+# event this much later.
+HOLD_SECONDS = 0.2
 
 
 class Sampler(Protocol):
@@ -57,6 +65,7 @@ class PerfSource:
         for ident, text in formats.items():
             self.add_format(ident, text)
         self.comms: dict[int, str] = {}  # tid -> name, from the exec records seen
+        self._held: deque[tuple[float, list]] = deque()  # (when read, the samples of that read), oldest first
         self._garbled = 0
         self._lost = 0
         self._ours = os.getpid()
@@ -85,13 +94,18 @@ class PerfSource:
             if len(self.comms) > REMEMBERED:
                 for tid in list(self.comms)[: len(self.comms) - REMEMBERED]:
                     del self.comms[tid]
-        per_cpu = [self._decode(samples) for samples in batch.samples if samples]
-        if len(per_cpu) == 1:
-            return SourceBatch(per_cpu[0], b"")
-        return SourceBatch(list(heapq.merge(*per_cpu, key=_TIME)), b"")
+        now = time.monotonic()
+        samples = [sample for cpu_samples in batch.samples for sample in cpu_samples]
+        if samples:
+            self._held.append((now, samples))
+        due: list = []
+        while self._held and now - self._held[0][0] >= HOLD_SECONDS:
+            due += self._held.popleft()[1]
+        return SourceBatch(self._decode(due), b"")
 
     def _decode(self, samples: list) -> list[Event]:
-        events = []
+        """The samples as events in time order (each CPU's come in order; the CPUs are merged here)."""
+        events: list[Event] = []
         decoders, comms, ours = self.decoders, self.comms, self.sampler.own_pids() | {self._ours}
         for pid, tid, time_ns, cpu, raw in samples:
             if pid in ours:
@@ -105,10 +119,14 @@ class PerfSource:
             except RecordError as exc:
                 self._garbled += 1
                 events.append(Event(ts, cpu, tid, pid, comms.get(tid, UNKNOWN_COMM), "", "", exc.message))
+        events.sort(key=_TIME)
         return events
 
     def flush(self) -> list[Event]:
-        return []  # a sample is whole when read: nothing is held back
+        """The samples still held, named by every record read."""
+        held = [sample for _, samples in self._held for sample in samples]
+        self._held.clear()
+        return self._decode(held)
 
     def lost(self) -> int:
         return self._lost

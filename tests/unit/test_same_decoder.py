@@ -11,10 +11,12 @@ The stamps are whole microseconds: the text (and so the page reader) prints micr
 from __future__ import annotations
 
 import struct
+import time
 
 from kprobe_tui.kernel import perfevent
 from kprobe_tui.kernel.instance import Instance
 from kprobe_tui.kernel.tracefs import Tracefs
+from kprobe_tui.stream import perfreader
 from kprobe_tui.stream.ksyms import KernelSymbols
 from kprobe_tui.stream.parser import Event
 from kprobe_tui.stream.perfreader import PerfSource
@@ -53,10 +55,12 @@ def perf_comm(time_ns: int, cpu: int) -> bytes:
 
 
 class RingBytes:
-    """A sampler whose CPUs' rings held these bytes: read as TracepointSampler reads the mmap'd rings."""
+    """A sampler whose CPUs' rings held these bytes: read as TracepointSampler reads the mmap'd rings; ``later``:
+    what the rings hold at the next read."""
 
-    def __init__(self, rings: list[bytes]) -> None:
+    def __init__(self, rings: list[bytes], later: list[bytes] | None = None) -> None:
         self.rings = rings
+        self.later = later or []
 
     def poll_fds(self) -> list[int]:
         return []
@@ -70,7 +74,7 @@ class RingBytes:
             per_cpu: list[perfevent.Sample] = []
             batch.lost += perfevent.parse_records(ring, per_cpu, batch)
             batch.samples.append(per_cpu)
-        self.rings = []
+        self.rings, self.later = self.later, []
         return batch
 
     def close(self) -> None:
@@ -86,7 +90,7 @@ def perf_events() -> tuple[list[Event], int]:
     formats = {compile_format(text).id: text for text in (HIT_FORMAT, HITR_FORMAT)}
     source = PerfSource(RingBytes(rings), formats)
     source.open()
-    events = list(source.read(0.0).events)
+    events = list(source.read(0.0).events) + source.flush()  # flush: the samples still held for their names
     return events, source.lost()
 
 
@@ -124,3 +128,17 @@ def test_perf_samples_and_trace_pipe_raw_pages_of_the_same_records_give_the_same
         (2712.843561, 0, "hit"), (2712.843594, 0, "hitr"), (2712.843631, 1, "hit")]
     assert {(event.pid, event.tgid, event.comm, event.flags) for event in from_pages} == {(PID, PID, COMM, "DBZff")}
     assert lost_by_perf == lost_by_pages == LOST
+
+
+def test_a_sample_read_before_the_exec_record_that_names_it_is_named_by_it(monkeypatch):
+    """perf's pipe writes each CPU's ring in turn: CPU 1's sample can be read before CPU 0's exec record of an
+    earlier time. The sample waits for it (HOLD_SECONDS) and takes its name; it is not given out before."""
+    monkeypatch.setattr(perfreader, "HOLD_SECONDS", 0.05)
+    formats = {compile_format(HIT_FORMAT).id: HIT_FORMAT}
+    source = PerfSource(RingBytes([b"", perf_sample(START_NS, 1, with_pid(ALPHA))], later=[perf_comm(START_NS - 1000, 0)]),
+                        formats)
+    source.open()
+    assert source.read(0.0).events == []  # held: its name may come in the next read
+    time.sleep(0.06)
+    [event] = source.read(0.0).events
+    assert event.comm == COMM and source.flush() == []
