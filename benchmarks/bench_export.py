@@ -3,8 +3,10 @@
 1. A page of SERIES series (generate_latest over ExportCollector, from a cumulative Result as the
    engines make it): a count by (comm, pid) and a log2 histogram by (comm, pid). Beside it, the
    reference: prometheus_client's own Counter with the same number of labelled children, the least
-   a page of that many series costs with this library. Best of a few rounds of this process's CPU.
-2. A flood of uprobe hits (tests/live/c/aggregate.c ``flood``) counted by comm with the user engine,
+   a page of that many series costs with this library. Best of a few rounds of this process's CPU;
+   then the scrape as Prometheus sees it: an HTTP GET of each page served on 127.0.0.1, wall time.
+2. A flood of uprobe hits (tests/live/c/aggregate.c ``flood``) counted by comm with an engine (--engine:
+   user here, where there are no hist triggers; kernel or bpf in a guest),
    twice: as ``count -i 1`` runs it (a sample a second, no exporter), and as ``export`` runs it (served
    over HTTP on 127.0.0.1, a child scraping it once a second). Our process's CPU (user + system, all
    threads, getrusage) per million hits; the difference is the exporter's. It is a cost per scrape
@@ -20,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,39 +73,57 @@ def cumulative(aggregation: Aggregation, series: int) -> Result:
     return summarize(aggregation, tally, "user", 0.0, 1.0)
 
 
-def page_seconds(aggregation: Aggregation, series: int) -> tuple[float, int]:
-    """CPU seconds per page, and its size in bytes."""
+def ours(aggregation: Aggregation, series: int) -> CollectorRegistry:
+    """The exporter's page of ``series`` series of one metric."""
     answer = cumulative(aggregation, series)
     metric = ExportedMetric("m", "help", aggregation.kind, tuple(key.name for key in aggregation.keys), series, 1,
                             lambda: answer, aggregation.buckets)
     registry = CollectorRegistry()
     registry.register(ExportCollector([metric]))
-    return best_of(lambda: generate_latest(registry)), len(generate_latest(registry))
+    return registry
 
 
-def reference_seconds(series: int) -> tuple[float, int]:
+def reference(series: int) -> CollectorRegistry:
     """prometheus_client's own labelled Counter, ``series`` children."""
     registry = CollectorRegistry()
     counter = Counter("m", "help", ["comm", "pid"], registry=registry)
     for n in range(series):
         counter.labels(f"worker-{n % 97}", str(1000 + n)).inc(1 + n % 50)
-    return best_of(lambda: generate_latest(registry)), len(generate_latest(registry))
+    return registry
+
+
+def scrape_seconds(registry: CollectorRegistry) -> float:
+    """The least wall time of ROUNDS HTTP GETs of the page, served as export serves it, on loopback."""
+    server, _thread = start_http_server(0, "127.0.0.1", registry=registry)
+    url = f"http://127.0.0.1:{server.server_port}/metrics"
+    try:
+        times = []
+        for _ in range(ROUNDS):
+            started = time.perf_counter()
+            urllib.request.urlopen(url, timeout=10).read()
+            times.append(time.perf_counter() - started)
+        return min(times)
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def bench_page(series: int) -> None:
-    print(f"1. one page of {series:,} series (generate_latest), best of {ROUNDS}, our CPU")
+    print(f"1. one page of {series:,} series: generate_latest (best of {ROUNDS}, our CPU), and a scrape (HTTP GET on "
+          "loopback, best wall time)")
     keys = (Field("comm"), Field("pid"))
-    rows = [("count by comm, pid", *page_seconds(Aggregation("count", keys=keys), series)),
-            ("log2 hist by comm, pid", *page_seconds(Aggregation("hist", keys=keys, value=Field("len")), series)),
-            ("reference: a Counter", *reference_seconds(series))]
-    for name, seconds, size in rows:
-        print(f"   {name:<24} {seconds * 1000:7.1f} ms  {size / 1024:7.0f} KiB")
+    rows = [("count by comm, pid", ours(Aggregation("count", keys=keys), series)),
+            ("log2 hist by comm, pid", ours(Aggregation("hist", keys=keys, value=Field("len")), series)),
+            ("reference: a Counter", reference(series))]
+    for name, registry in rows:
+        built, size = best_of(lambda registry=registry: generate_latest(registry)), len(generate_latest(registry))
+        print(f"   {name:<24} {built * 1000:7.1f} ms  {size / 1024:7.0f} KiB  scraped in {scrape_seconds(registry) * 1000:6.1f} ms")
 
 
 # -- 2. a flood, served -------------------------------------------------------------------------------
 
 
-def bench_flood(calls: int) -> None:
+def bench_flood(calls: int, engine: str) -> None:
     from kprobe_tui.aggregate.exportconfig import parse
     from kprobe_tui.aggregate.run import AggregationRun
     from kprobe_tui.aggregate.targets import TargetBuilder
@@ -115,8 +136,8 @@ def bench_flood(calls: int) -> None:
     binary = Path(tempfile.mkdtemp(prefix="kpt-bench-")) / "kpt_aggregate_bench"
     subprocess.run(["gcc", "-g", "-O1", "-o", str(binary), str(ROOT / "tests/live/c/aggregate.c")], check=True)
     [metric] = parse(f'[[metric]]\nname = "work_calls"\nkind = "count"\nbinary = "{binary}"\nprobe = "work"\n'
-                     'by = ["comm"]\nengine = "user"\n', "bench").metrics
-    print(f"2. uprobe flood: work() called {calls:,} times, count by comm, user engine; our CPU (user + system, "
+                     f'by = ["comm"]\nengine = "{engine}"\n', "bench").metrics
+    print(f"2. uprobe flood: work() called {calls:,} times, count by comm, --engine {engine}; our CPU (user + system, "
           "all threads) per million hits")
     per_million = {}
     for served in (False, True):
@@ -164,10 +185,12 @@ def main() -> None:
     parser.add_argument("--series", type=int, default=1000)
     parser.add_argument("--calls", type=int, default=300_000)  # ~10 s a run here (uprobe traps: ~35k hits/s)
     parser.add_argument("--no-live", action="store_true", help="leave out the flood (no root or no uprobes)")
+    parser.add_argument("--engine", default="user", choices=("user", "kernel", "bpf", "hist"),
+                        help="the flood's engine (kernel, bpf, hist: where the kernel has them, as in the guests)")
     args = parser.parse_args()
     bench_page(args.series)
     if not args.no_live:
-        bench_flood(args.calls)
+        bench_flood(args.calls, args.engine)
 
 
 if __name__ == "__main__":
