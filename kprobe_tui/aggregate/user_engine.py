@@ -215,9 +215,14 @@ class StudentEngine(UserEngine):
         except OSError as exc:
             raise KernelRefused(f"the kernel refused the filter {text!r} on {target.group}/{target.event}: {exc.strerror}") from None
 
+    def drain(self, limit: float = 2.0) -> None:
+        """The reader's next read takes what the rings hold; then what it read waits for its names (HOLD_SECONDS)."""
+        time.sleep(2 * READER_INTERVAL)
+        super().drain(limit)
+
     def _buffered(self) -> int:
-        """Nothing to ask: the reader drains every ring each interval, which ``drain`` waits for."""
-        return 0
+        """The samples the source still holds for their names."""
+        return self.source.held
 
     def stop(self) -> None:
         super().stop()

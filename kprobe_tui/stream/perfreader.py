@@ -78,6 +78,11 @@ class PerfSource:
     def garbled(self) -> int:
         return self._garbled
 
+    @property
+    def held(self) -> int:
+        """Samples read but not yet given out (waiting for their names)."""
+        return sum(len(samples) for _, samples in self._held)
+
     def open(self) -> list[int]:
         return self.sampler.poll_fds()
 

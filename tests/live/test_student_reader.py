@@ -16,6 +16,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -133,10 +135,7 @@ def capable_perf() -> Iterator[str]:
         shutil.rmtree(directory)
 
 
-@pytest.fixture(params=["paranoid -1", pytest.param("capable perf", marks=pytest.mark.xfail(
-    reason="known defect, issue 23: perf's pipe output is not in time order across CPUs, so a sample can come before "
-           "the exec record that names its process ('perf-exec' for 'tvg', seen in CI on 2026-12-07); the tail's "
-           "names need a bounded look-ahead as the binary pages have", strict=False))])
+@pytest.fixture(params=["paranoid -1", "capable perf"])
 def set_up(request, capable_perf):
     """One of the administrator's set-ups, for the test's length: (the perf the student runs, the environment)."""
     if request.param == "capable perf":
@@ -420,3 +419,67 @@ def test_the_statistics_view_in_lab_mode_counts_the_administrators_event(student
     assert seen["hist"] == ["hist", CALLS, sum(range(100, 100 + CALLS))], seen
     assert seen["command"] == ["kprobe-tui", "hist", f"{GROUP}:hit", "n", "--by", "comm"]
     assert ours(tracefs_root) == definitions_before
+
+
+def test_a_probe_the_administrator_makes_meanwhile_is_listed_and_followed_without_a_restart(
+        student, lab, paranoid_minus_one, tracefs_root):
+    """The hand-off's loop closed: the student's probes panel is open when the administrator makes GROUP:late
+    (as the copied command would); it shows up in the panel, and t follows its calls."""
+    directory, binary = lab
+    panel_open = directory / "panel-open"
+
+    def administrator() -> None:  # root, in the test's process, once the student's panel is up
+        for _ in range(600):
+            if panel_open.exists():
+                break
+            time.sleep(0.1)
+        subprocess.run([sys.executable, "-m", "kprobe_tui", "probe", "-x", str(binary), "-g", GROUP, "late=hit", "n"],
+                       cwd=PROJECT, capture_output=True, check=True)
+
+    def drive() -> dict:
+        import asyncio
+
+        from kprobe_tui.kernel.sources import locate
+        from kprobe_tui.probes.binary import BinaryCatalog
+        from kprobe_tui.tui.app import KprobeTui
+        from kprobe_tui.tui.screens.events import EventsScreen
+
+        seen: dict = {}
+
+        async def wait_for(pilot, condition) -> bool:
+            for _ in range(400):
+                if condition():
+                    return True
+                await pilot.pause(0.05)
+            return False
+
+        async def main() -> None:
+            app = KprobeTui(locate(mount=False), BinaryCatalog(binary))
+            async with app.run_test(size=(80, 24)) as pilot:
+                await pilot.press("l")
+                panel = app.screen
+                await wait_for(pilot, lambda: f"{GROUP}/hit" in panel.shown)
+                seen["before"] = f"{GROUP}/late" in panel.shown
+                panel_open.write_text("")
+                seen["listed"] = await wait_for(pilot, lambda: f"{GROUP}/late" in panel.shown)
+                table = panel.query_one("DataTable")
+                table.move_cursor(row=table.get_row_index(f"{GROUP}/late"))
+                await pilot.press("t")
+                events = app.screen
+                await wait_for(pilot, lambda: isinstance(events, EventsScreen) and events.session is not None)
+                subprocess.run([str(binary), str(CALLS)], capture_output=True, check=True)
+                seen["followed"] = await wait_for(pilot, lambda: len(events.store) == CALLS)
+                seen["names"] = sorted({event.event for event in events.store.view_rows(0, len(events.store))})
+
+        asyncio.run(main())
+        return seen
+
+    helper = threading.Thread(target=administrator)
+    helper.start()
+    try:
+        seen = as_user(student, drive, read_everything=True, home=directory)
+    finally:
+        panel_open.write_text("")  # the administrator stops waiting, whatever happened
+        helper.join()
+        subprocess.run([sys.executable, "-m", "kprobe_tui", "probe", "-d", f"{GROUP}:late"], cwd=PROJECT, capture_output=True)
+    assert seen == {"before": False, "listed": True, "followed": True, "names": ["late"]}, seen
