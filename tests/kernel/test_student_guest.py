@@ -15,9 +15,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -54,26 +57,6 @@ while True:
             assert len(accepted.recv(size + extra)) == size + extra
     with open(answers, "w") as fifo:
         fifo.write("done\\n")
-"""
-COUNT_BY_COMM = f"""
-import json, sys
-from kprobe_tui.aggregate.model import Aggregation, Field
-from kprobe_tui.aggregate.run import AggregationRun
-from kprobe_tui.aggregate.user_engine import existing_targets
-from kprobe_tui.kernel.sources import locate
-top = locate(mount=False).tracing()
-run = AggregationRun(top, Aggregation("count", keys=(Field("comm"),)), existing_targets(top, ["{ENTRY}"]), "",
-                     existing=True)
-choice = run.start()
-try:
-    with open(sys.argv[1], "w") as fifo:
-        fifo.write("7 8\\n")
-    open(sys.argv[2]).read()
-    final = run.stop()
-finally:
-    run.stop()
-print(json.dumps({{"engine": f"{{choice.engine}}/{{choice.method}}", "lost": final.total.lost,
-                  "entries": [[list(entry.key), entry.count] for entry in final.total.entries]}}))
 """
 # "python3   321 [000]    45.678901: probe:tcp_recvmsg_sk: (ffffffff81a2b3c0) sk=0xffff888004a1b2c0"
 PERF_LINE = re.compile(r"\s*(?P<comm>.+?)\s+(?P<tid>\d+)\s+\[(?P<cpu>\d+)\]\s+\d+\.\d+:\s+probe:tcp_recvmsg_sk:\s+"
@@ -175,12 +158,12 @@ def set_up(request):
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def as_student(home: Path, *command: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+def as_student(home: Path, *command: str, env: dict[str, str] | None = None, stdin=None) -> subprocess.Popen:
     """``command`` as the student: its uid and gid, no other group, no capability; the guest's PYTHONPATH
     (the project and the venv's packages) kept."""
     child = subprocess.Popen(["setpriv", f"--reuid={STUDENT}", f"--regid={STUDENT}", "--clear-groups", "--inh-caps=-all",
                               *command],
-                             cwd=home, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             cwd=home, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env={**os.environ, "HOME": str(home), "PYTHONDONTWRITEBYTECODE": "1", **(env or {})})
     STARTED.append(child)
     return child
@@ -265,7 +248,113 @@ def test_the_students_seed_lab_is_its_own_perf_records(lab, home, set_up):
     kept = tailed(filtered)
     assert [(event["pid"], hex(number(event["args"]["sk"]))) for event in kept] == [(traffic.pid, sk)] * 2
 
-    counted, err = as_student(home, sys.executable, "-c", COUNT_BY_COMM, str(home / "commands"),
-                              str(home / "answers"), env=env).communicate(timeout=300)
-    assert counted, err
-    assert json.loads(counted) == {"engine": "user/perf", "lost": 0, "entries": [[[comm], 4]]}, counted + err
+    counting = kprobe_tui(home, "count", ENTRY, "--by", "comm", "--json", env=env)  # the event by name, as perf's -e
+    announced = b""
+    while not announced.endswith(b"\n") and (byte := os.read(counting.stderr.fileno(), 1)):
+        announced += byte
+    assert b"user engine: the events are sampled and aggregated here" in announced, announced.decode()
+    send(home, "7 8")
+    counting.send_signal(signal.SIGINT)
+    counted, err = counting.communicate(timeout=300)
+    assert counting.returncode == 0, err
+    [final] = [json.loads(line) for line in counted.splitlines()]
+    assert [entry for entry in final["entries"] if entry["key"] == {"comm": comm}] == [{"key": {"comm": comm}, "count": 4}]
+    assert "lost" not in final, counted
+
+
+SSH_PORT = 2222
+
+
+@pytest.fixture
+def sshd(home):
+    """A real sshd on 127.0.0.1:SSH_PORT that lets the student in with a key. The guest's /etc/passwd is the host's
+    (read-only): the student is added to a copy bind-mounted over it, unmounted after."""
+    for tool in ("/usr/sbin/sshd", "ssh", "ssh-keygen"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"the guest has no {tool}")
+    keys = Path(f"/tmp/kpsshd-{os.getpid()}")
+    keys.mkdir(mode=0o755)
+    passwd = keys / "passwd"
+    passwd.write_text(Path("/etc/passwd").read_text() + f"kpstudent:x:{STUDENT}:{STUDENT}::{home}:/bin/sh\n")
+    passwd.chmod(0o644)
+    subprocess.run(["mount", "--bind", str(passwd), "/etc/passwd"], check=True)
+    daemon = None
+    try:
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / "host")], check=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(home / "id")], check=True)
+        for key in (home / "id", home / "id.pub"):
+            os.chown(key, STUDENT, STUDENT)
+        shutil.copy(home / "id.pub", keys / "authorized")
+        (keys / "sshd_config").write_text(
+            f"Port {SSH_PORT}\nListenAddress 127.0.0.1\nHostKey {keys / 'host'}\nAuthorizedKeysFile {keys / 'authorized'}\n"
+            "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPidFile none\n")
+        # sshd wants /run/sshd, its privilege separation directory; the guest's /run is the host's, read-only: a
+        # tmpfs on /run in a mount namespace of its own (the student's session sees it too, with no lock directory)
+        start = f"mount -t tmpfs -o mode=755 tmpfs /run && mkdir -m 755 /run/sshd && exec /usr/sbin/sshd -D -e -f {keys}/sshd_config"
+        daemon = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", start],
+                                  stderr=subprocess.PIPE, text=True)
+        for _ in range(600):  # until it listens
+            if any(row[1].endswith(f":{SSH_PORT:04X}") and row[3] == "0A" for row in tcp_rows()):
+                break
+            assert daemon.poll() is None, daemon.stderr.read()
+            time.sleep(0.1)
+        yield daemon
+    finally:
+        # the student's session (its sshd and the tail under it, which holds the lab's events open) ends first
+        subprocess.run(["pkill", "-KILL", "-u", str(STUDENT)], capture_output=True)
+        for _ in range(300):
+            if subprocess.run(["pgrep", "-u", str(STUDENT)], capture_output=True).returncode != 0:
+                break
+            time.sleep(0.1)
+        if daemon is not None:
+            daemon.terminate()
+            daemon.wait()
+        subprocess.run(["umount", "/etc/passwd"], check=True)
+        shutil.rmtree(keys)
+
+
+def server_socket_address() -> int:
+    """The kernel address of sshd's end of the one connection to SSH_PORT, from /proc/net/tcp (root with
+    CAP_SYSLOG sees real addresses under kptr_restrict 1; under 0 they are hashed)."""
+    kptr_restrict = Path("/proc/sys/kernel/kptr_restrict")
+    before = kptr_restrict.read_text()
+    kptr_restrict.write_text("1\n")
+    try:
+        rows = tcp_rows()
+    finally:
+        kptr_restrict.write_text(before)
+    [address] = [int(row[11], 16) for row in rows if row[1].endswith(f":{SSH_PORT:04X}") and row[3] == "01"]
+    return address
+
+
+def tcp_rows() -> list[list[str]]:
+    """/proc/net/tcp's sockets: [1] local address:port, [3] state (0A listening, 01 established), [11] the socket."""
+    return [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+
+
+def test_over_ssh_the_student_is_offered_its_own_connections_socket(lab, home, sshd):
+    """The student, logged in over SSH, tails probe:tcp_recvmsg_sk and types: its tail names the socket its own
+    sshd reads (the one /proc/net/tcp gives for the connection) and the filters that keep it or leave it out."""
+    before = paranoid()
+    assert before is not None
+    set_paranoid(-1)
+    try:
+        remote = (f"cd {home} && PYTHONPATH={shlex.quote(os.environ.get('PYTHONPATH', ''))} PYTHONDONTWRITEBYTECODE=1 "
+                  f"exec {sys.executable} -m kprobe_tui tail {ENTRY} --json --duration {TAIL_SECONDS}")
+        session = as_student(home, "ssh", "-F", "/dev/null", "-i", str(home / "id"), "-p", str(SSH_PORT), "-o", "BatchMode=yes",
+                             "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+                             "kpstudent@127.0.0.1", remote, stdin=subprocess.PIPE)
+        said = []
+        while not any("your SSH connection's socket" in line for line in said):
+            line = session.stderr.readline()
+            assert line, "".join(said)  # the session ended before the offer
+            said.append(line)
+            if "no trace instance here" in line:  # the tail reads: type, as a student does; sshd reads each key
+                session.stdin.write("ls\n" * 5)
+                session.stdin.flush()
+        address = server_socket_address()
+        offer = said[-1]
+        assert f"socket is sk={address:#x}: --filter 'sk == {address:#x}' keeps only it, " \
+               f"--filter 'sk != {address:#x}' leaves it out" in offer, offer
+    finally:
+        set_paranoid(before)
