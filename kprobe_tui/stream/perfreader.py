@@ -31,9 +31,9 @@ from kprobe_tui.stream.rawformat import EventDecoder, RecordError, compile_forma
 from kprobe_tui.stream.reader import SourceBatch
 
 _TIME = attrgetter("ts")
-# What a sample waits for the name records read after it. Measured need: one pass of perf over the rings (CI
-# once named a 'tvg' sample 'perf-exec', the name before its exec); the cost: a student's tail shows each
-# event this much later.
+# What a sample waits for the name records read after it: longer than one pass of perf over the rings (perf's
+# --no-buffering pipe; CI once named a 'tvg' sample 'perf-exec', the name before its exec), chosen, not measured
+# to the edge. The cost: a student's tail shows each event this much later.
 HOLD_SECONDS = 0.2
 
 
