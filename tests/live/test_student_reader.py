@@ -67,6 +67,26 @@ def lab(tmp_path_factory):
         assert not Path(f"/sys/kernel/tracing/events/{GROUP}").exists()
 
 
+async def wait_for(pilot, condition) -> bool:
+    """Let the app run until ``condition()`` holds (at most 20 s); whether it did."""
+    for _ in range(400):
+        if condition():
+            return True
+        await pilot.pause(0.05)
+    return False
+
+
+async def on_probe(pilot, app, name: str, key: str):
+    """The probes panel (l), the cursor on ``name`` once it is listed, then ``key``: the screen that opens."""
+    await pilot.press("l")
+    panel = app.screen
+    await wait_for(pilot, lambda: name in panel.shown)
+    table = panel.query_one("DataTable")
+    table.move_cursor(row=table.get_row_index(name))
+    await pilot.press(key)
+    return app.screen
+
+
 def ours(tracefs_root: Path) -> list[str]:
     """The lab's probes (other engineers' tests make and delete theirs meanwhile)."""
     return [line for line in (tracefs_root / "dynamic_events").read_text().splitlines() if f"{GROUP}/" in line]
@@ -230,25 +250,11 @@ def test_the_events_screen_in_lab_mode_follows_through_the_student_reader(studen
 
         seen: dict = {"pid": os.getpid()}
 
-        async def wait_for(pilot, condition) -> bool:
-            for _ in range(200):
-                if condition():
-                    return True
-                await pilot.pause(0.05)
-            return False
-
         async def main() -> None:
             app = KprobeTui(locate(mount=False), BinaryCatalog(binary))
             async with app.run_test(size=(120, 30)) as pilot:
                 seen["sub_title"] = app.sub_title
-                await pilot.press("l")
-                panel = app.screen
-                name = f"{GROUP}/hit"
-                await wait_for(pilot, lambda: name in panel.shown)
-                table = panel.query_one("DataTable")
-                table.move_cursor(row=table.get_row_index(name))
-                await pilot.press("t")
-                events = app.screen
+                events = await on_probe(pilot, app, f"{GROUP}/hit", "t")
                 seen["events"] = isinstance(events, EventsScreen)
                 await wait_for(pilot, lambda: events.session is not None)
                 subprocess.run([str(binary), str(CALLS)], capture_output=True, check=True)
@@ -375,27 +381,13 @@ def test_the_statistics_view_in_lab_mode_counts_the_administrators_event(student
 
         seen: dict = {}
 
-        async def wait_for(pilot, condition) -> bool:
-            for _ in range(400):
-                if condition():
-                    return True
-                await pilot.pause(0.05)
-            return False
-
         def counted(stats) -> int:
             return stats.result.count if stats.result is not None else 0
 
         async def main() -> None:
             app = KprobeTui(locate(mount=False), BinaryCatalog(binary))
             async with app.run_test(size=(80, 24)) as pilot:
-                await pilot.press("l")
-                panel = app.screen
-                name = f"{GROUP}/hit"
-                await wait_for(pilot, lambda: name in panel.shown)
-                table = panel.query_one("DataTable")
-                table.move_cursor(row=table.get_row_index(name))
-                await pilot.press("a")
-                stats = app.screen
+                stats = await on_probe(pilot, app, f"{GROUP}/hit", "a")
                 seen["stats"] = isinstance(stats, StatsScreen)
                 await wait_for(pilot, lambda: stats.choice is not None or stats.error)
                 seen["choice"] = (stats.choice.engine, stats.choice.method) if stats.choice else stats.error
@@ -445,13 +437,6 @@ def test_a_probe_the_administrator_makes_meanwhile_is_listed_and_followed_withou
         from kprobe_tui.tui.screens.events import EventsScreen
 
         seen: dict = {}
-
-        async def wait_for(pilot, condition) -> bool:
-            for _ in range(400):
-                if condition():
-                    return True
-                await pilot.pause(0.05)
-            return False
 
         async def main() -> None:
             app = KprobeTui(locate(mount=False), BinaryCatalog(binary))
