@@ -31,6 +31,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,7 +42,7 @@ from kprobe_tui.kernel.sources import locate
 from kprobe_tui.kernel.tracefs import Tracefs
 from kprobe_tui.probes.symbols import ElfSymbols
 from kprobe_tui.stream.parser import LineParser
-from kprobe_tui.stream.reader import RawPagesSource, StreamReader
+from kprobe_tui.stream.reader import RawPagesSource, StreamReader, StreamUpdate
 from kprobe_tui.stream.store import EventStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -152,12 +153,19 @@ def decode_raw(pages: list[bytes]) -> int:
 def drain_ours(instance: Instance, expected: int, binary: bool) -> tuple[Spent, int]:
     """Our StreamReader on a full buffer: the text trace_pipe, or (``binary``) the per-CPU pages."""
     store = EventStore(expected + 10)
-    reader = StreamReader(instance, store, lambda update: None, events=[(GROUP, "hit")] if binary else None)
+    done = threading.Event()
+
+    def on_update(update: StreamUpdate) -> None:
+        if store.total >= expected or update.finished:
+            done.set()
+
+    reader = StreamReader(instance, store, on_update, events=[(GROUP, "hit")] if binary else None)
     assert isinstance(reader.source, RawPagesSource) == binary, reader.notice
-    with Spent() as spent:  # this thread only polls the store, 100 times a second
+    # This thread sleeps until the reader's update says all came: polling the store 100 times a second cost
+    # 0.2-0.3 of the 2-3 CPU-seconds the binary reader took for 100k events in the 6.1 guest.
+    with Spent() as spent:
         reader.start()
-        while store.total < expected and spent.wall + time.perf_counter() - spent._wall < 120:
-            time.sleep(0.01)
+        done.wait(120)
     reader.stop()
     return spent, store.total
 

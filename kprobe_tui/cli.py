@@ -140,7 +140,7 @@ def _run(argv: list[str] | None, streams) -> int:
         # Textual repaints one frame period after a change: at its default 60 fps that alone is
         # 16.7 ms, a whole keystroke's budget when filtering 100k names as you type.
         os.environ.setdefault("TEXTUAL_FPS", "120")
-        from kprobe_tui.tui.app import run_app
+        from kprobe_tui.tui.app import run_app  # here: textual reads TEXTUAL_FPS when imported, and the TUI costs ~300-340 ms to import (-X importtime)
 
         return run_app(check_targets(args, TUI_OPTIONS, "the TUI"))
     module = sys.modules[args.run.__module__]

@@ -74,7 +74,7 @@ def config_path() -> Path:
 def load(path: Path | None = None) -> tuple[dict, str | None]:
     """The saved settings and what was wrong with them: a missing file is empty, a broken one is
     ignored with a warning for the user (never a crash), and replaced when a setting is next saved."""
-    import tomllib
+    import tomllib  # here: ~4 ms to import (-X importtime); only the TUI reads the file
 
     path = path or config_path()
     try:
@@ -108,7 +108,7 @@ def save(settings: dict, path: Path | None = None) -> None:
     """Write flat string/number/bool settings atomically: a crash mid-write leaves the old file whole."""
     path = path or config_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    import tempfile
+    import tempfile  # here: ~3.5 ms to import (-X importtime); only a saved setting needs it
 
     text = "".join(f"{key} = {_toml_value(value)}\n" for key, value in sorted(settings.items()))
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".config-", suffix=".toml")

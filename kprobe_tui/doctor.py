@@ -5,15 +5,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kprobe_tui.debuginfo.debuginfod import Client, setup_report
+from kprobe_tui.debuginfo.locate import find_binary_debuginfo, running_kernel_build_id
+from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import capabilities
+from kprobe_tui.kernel.access import choose_reader
 from kprobe_tui.kernel.sources import KernelSources
+from kprobe_tui.machine import require_x86_64_elf
+from kprobe_tui.textsafe import printable
 
 
 def report(found: KernelSources, binary: str | None = None) -> str:
     """The capabilities, the debuginfod setup and, with ``binary``, whether that program can be probed."""
-    from kprobe_tui.debuginfo.debuginfod import Client, setup_report
-    from kprobe_tui.debuginfo.locate import running_kernel_build_id
-
     parts = [capabilities.report(capabilities.detect(found))]
     if found.live and found.tracefs is not None:
         parts.append(reader_report(found.tracefs))
@@ -27,9 +30,6 @@ def report(found: KernelSources, binary: str | None = None) -> str:
 
 def reader_report(tracefs: Path) -> str:
     """Which reader a tail gets (our own instance, else perf_event_open as perf record -a, else none) and why."""
-    from kprobe_tui.kernel.access import choose_reader
-    from kprobe_tui.textsafe import printable
-
     reader = choose_reader(tracefs)
     lines = ["Events reader", f"  [{'ok' if reader.kind else '--'}] {reader.label:<35}  {reader.why}"]
     if reader.hint:
@@ -39,12 +39,6 @@ def reader_report(tracefs: Path) -> str:
 
 def binary_report(binary: str) -> str:
     """Whether uprobes can go on a program, and whether its variables can be named (its DWARF)."""
-    from kprobe_tui.debuginfo.debuginfod import Client
-    from kprobe_tui.debuginfo.locate import find_binary_debuginfo
-    from kprobe_tui.errors import UserError
-    from kprobe_tui.machine import require_x86_64_elf
-    from kprobe_tui.textsafe import printable
-
     try:
         require_x86_64_elf(binary)
     except UserError as exc:

@@ -27,7 +27,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from kprobe_tui.aggregate.model import KINDS, UNITS, Aggregation, Field, Linear, parse_field
+from kprobe_tui.aggregate.model import KINDS, STACK_KEY, UNITS, Aggregation, Field, Linear, parse_field
 from kprobe_tui.aggregate.offer import ENGINES
 from kprobe_tui.aggregate.targets import argument_name
 from kprobe_tui.errors import UserError
@@ -202,6 +202,9 @@ def _keys(value: object, kind: str) -> tuple[Field, ...]:
     for key in keys:
         if not _LABEL_NAME.fullmatch(key.name) or key.name.startswith("__"):
             raise UserError(f"by: {_shown(key.name)} is not a Prometheus label name", "ASCII letters, digits and _")
+        if key.name == STACK_KEY:  # a label value a call path: series without bound, and no engine of the exporter's
+            raise UserError("by: an exporter's metrics are not keyed by stack (each call path would be a series)",
+                            "key by comm, pid, probe or a field; count by stack with: kprobe-tui count SPEC --by stack")
         if key.name == "le" and kind != "count":
             raise UserError("by: le is a histogram's own label", "capture the field under another name: NAME=le")
         if names.count(key.name) > 1:

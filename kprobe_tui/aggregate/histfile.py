@@ -192,6 +192,18 @@ def parse_hist(text: str, strings: frozenset[str] = frozenset()) -> list[HistTab
     return tables
 
 
+def table_texts(text: str) -> list[tuple[str, str]]:
+    """Each table of a ``hist`` file as (its trigger, its lines), for a reader of its own (a stack's entries
+    span lines); a synthetic event's file holds one table per trigger on it."""
+    tables: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        if line.startswith("# trigger info: "):
+            tables.append((_STATE.sub("", line[len("# trigger info: "):].rstrip()), []))
+        elif tables:
+            tables[-1][1].append(line)
+    return [(trigger, "\n".join(lines)) for trigger, lines in tables]
+
+
 def as_signed(value: int, bits: int = 64) -> int:
     """A value the kernel printed as unsigned, read back as the signed field it came from."""
     return value - (1 << bits) if value >= 1 << (bits - 1) else value

@@ -12,7 +12,7 @@ import itertools
 from collections import Counter
 
 from kprobe_tui.aggregate.histfile import HistTable, as_signed, parse_hist
-from kprobe_tui.aggregate.model import Aggregation
+from kprobe_tui.aggregate.model import Aggregation, Linear, Log2
 from kprobe_tui.aggregate.tally import Tally
 from kprobe_tui.aggregate.targets import Target
 from kprobe_tui.aggregate.triggers import SYNTHETIC_COMM, LatencyTriggers, Trigger, latency_triggers, table_trigger
@@ -35,7 +35,7 @@ def own_instance(top: Tracefs) -> Instance:
     return Instance(top, scoped_name(f"agg{next(_TAGS)}"))
 
 
-def _number(value: int, layout: tuple[int, bool] | None) -> int:
+def field_number(value: int, layout: tuple[int, bool] | None) -> int:
     """A table's unsigned 64-bit print of a field, as the field's own signed or unsigned value."""
     if layout is None or not layout[1]:
         return value
@@ -66,6 +66,20 @@ class _InstanceOwner:
 
     def define(self, name: str, definition: str) -> None:
         self._tokens.append(self.triggers.define_synthetic(name, definition))
+
+    def add_latency(self, aggregation: Aggregation, targets: list[Target], conditions: dict[str, str],
+                    comm_field: str | None, stack_key: str | None = None) -> LatencyTriggers:
+        """The synthetic event and the triggers that time the entry-return pair of ``targets`` (see
+        ``latency_triggers``), made so that a hit during set-up is counted everywhere or nowhere."""
+        entry = next(t for t in targets if t.role == "entry")
+        ret = next(t for t in targets if t.role == "return")
+        tag = str(next(_TAGS))
+        plan = latency_triggers(aggregation, (entry.group, entry.event), (ret.group, ret.event), scoped_name(f"lat{tag}"),
+                                tag, conditions.get(entry.event, ""), conditions.get(ret.event, ""), comm_field, stack_key)
+        self.define(plan.synthetic.name, plan.synthetic.definition())
+        for trigger in plan.downstream() + plan.upstream():
+            self.add(trigger)
+        return plan
 
     def stop(self) -> None:
         failures = []
@@ -106,7 +120,7 @@ class KernelHistEngine(_InstanceOwner):
     def start(self) -> None:
         self.instance.create(BUFFER_KB)
         if self.aggregation.kind == "latency":
-            self._start_latency()
+            self._latency = self.add_latency(self.aggregation, self.targets, self.conditions, self.arguments.get("comm"))
             return
         for target in self.targets:
             format_text = self.instance.event_format(target.group, target.event)
@@ -117,18 +131,6 @@ class KernelHistEngine(_InstanceOwner):
                                     self.conditions.get(target.event, ""))
             self.add(trigger)
             self._tables[target.event] = trigger
-
-    def _start_latency(self) -> None:
-        entry = next(t for t in self.targets if t.role == "entry")
-        ret = next(t for t in self.targets if t.role == "return")
-        tag = str(next(_TAGS))
-        plan = latency_triggers(self.aggregation, (entry.group, entry.event), (ret.group, ret.event),
-                                scoped_name(f"lat{tag}"), tag, self.conditions.get(entry.event, ""),
-                                self.conditions.get(ret.event, ""), self.arguments.get("comm"))
-        self.define(plan.synthetic.name, plan.synthetic.definition())
-        self._latency = plan
-        for trigger in plan.downstream() + plan.upstream():
-            self.add(trigger)
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -182,9 +184,9 @@ class KernelHistEngine(_InstanceOwner):
             else:
                 raw = next(parts)
                 argument = self.arguments.get(field.name, field.name)
-                key.append(_number(raw, layout.get(argument)) if isinstance(raw, int) else raw)
+                key.append(field_number(raw, layout.get(argument)) if isinstance(raw, int) else raw)
         if self.aggregation.kind == "hist":
-            value = _number(next(parts), layout.get(self.arguments[self.aggregation.histogram_value.name]))
+            value = field_number(next(parts), layout.get(self.arguments[self.aggregation.histogram_value.name]))
             values.setdefault(tuple(key), Counter())[value] += hits
         else:
             tally.count(tuple(key), hits)
@@ -216,16 +218,19 @@ class KernelHistEngine(_InstanceOwner):
         return tally
 
     def _extreme(self, buckets: Counter, latencies: Counter, end) -> int:
-        """The least (``end`` min) or greatest (max) latency: the exact table's, when it has every hit of
-        that end's bucket; else the bucket's own bound (the exact table was full)."""
-        scheme = self.aggregation.bucket_scheme
-        bucket = end(buckets)
-        inside = [latency for latency in latencies if scheme.index(latency) == bucket]
-        if inside and sum(latencies[latency] for latency in inside) == buckets[bucket]:
-            return end(inside)
-        low, high = scheme.bounds(bucket)
-        assert low is not None and high is not None, "latencies are never negative: every bucket is closed"
-        return low if end is min else high - 1
+        return extreme(self.aggregation.bucket_scheme, buckets, latencies, end)
+
+
+def extreme(scheme: Log2 | Linear, buckets: Counter, latencies: Counter, end) -> int:
+    """The least (``end`` min) or greatest (max) latency: the exact table's, when it has every hit of
+    that end's bucket; else the bucket's own bound (the exact table was full)."""
+    bucket = end(buckets)
+    inside = [latency for latency in latencies if scheme.index(latency) == bucket]
+    if inside and sum(latencies[latency] for latency in inside) == buckets[bucket]:
+        return end(inside)
+    low, high = scheme.bounds(bucket)
+    assert low is not None and high is not None, "latencies are never negative: every bucket is closed"
+    return low if end is min else high - 1
 
 
 class ProfileEngine(_InstanceOwner):

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
+from kprobe_tui.aggregate.estimate import estimate
 from kprobe_tui.aggregate.model import Aggregation, Field, Linear, Log2, keys_offered
 from kprobe_tui.aggregate.run import AggregationRun
 from kprobe_tui.aggregate.stackrun import STACK_KEY, StackRun
@@ -40,7 +41,7 @@ LINEAR_BUCKETS = 10  # a linear scale derived from the values seen: about this m
 @dataclass(frozen=True)
 class StatsRequest:
     """The question: where (``spec``: perf-syntax words, as ``kprobe-tui probe`` takes them), and the
-    choices the view cycles through: key (None, comm, pid, probe, a field, the stack of a count), value
+    choices the view cycles through: key (None, comm, pid, probe, a field, the stack of a count or histogram), value
     (count, a field, latency) and, for a histogram, linear buckets (None: log2). Asked at an existing probe,
     ``event`` names it (GROUP:EVENT); ``existing``: that event is aggregated as it is, no probe made (a student,
     who may read it as perf record does but make nothing)."""
@@ -72,8 +73,9 @@ class StatsRequest:
         return self.value if self.value in ("count", "latency") else "hist"
 
     def keys_offered(self) -> list[str | None]:
-        """None (one total), what the model lets this kind be keyed by and, for a count, the stack."""
-        stack = [STACK_KEY] if self.kind == "count" and not self.existing else []
+        """None (one total), what the model lets this kind be keyed by, and the stack (a latency's at the entry),
+        for a run that makes its own probes."""
+        stack = [] if self.existing else [STACK_KEY]
         return [None, *keys_offered(self.kind, self.fields, several_probes=self.glob), *stack]
 
     def values_offered(self) -> list[str]:
@@ -112,10 +114,10 @@ class StatsRequest:
     def targets(self, builder: TargetBuilder) -> Targets:
         aggregation = self.aggregation()
         if self.kind == "latency":
-            return builder.latency(self.timed_function, aggregation, "")
+            return builder.latency(self.timed_function, aggregation, "", stacks=self.key == STACK_KEY)
         if self.kind == "hist":
             words, value = self._split_value()
-            return builder.histogram(shlex.join(words), value, aggregation, "")
+            return builder.histogram(shlex.join(words), value, aggregation, "", stacks=self.key == STACK_KEY)
         return builder.counting([shlex.join(self.spec)], aggregation, "", stacks=self.key == STACK_KEY)
 
     def run(self, top: Tracefs, builder: TargetBuilder | None) -> tuple[AggregationRun | StackRun, Targets]:
@@ -126,7 +128,12 @@ class StatsRequest:
         assert builder is not None, "a run that makes its probes builds them"
         targets = self.targets(builder)
         if self.key == STACK_KEY:
-            return StackRun(top, targets, engine=self.engine), targets
+            histogram = None
+            if self.kind == "hist":
+                histogram = Aggregation("hist", (Field(STACK_KEY),), Field(self.value), self.linear or Log2())
+            elif self.kind == "latency":
+                histogram = Aggregation("latency", (Field(STACK_KEY),))
+            return StackRun(top, targets, engine=self.engine, histogram=histogram), targets
         return AggregationRun(top, self.aggregation(), targets, engine=self.engine), targets
 
     def command(self) -> list[str]:
@@ -198,9 +205,11 @@ class StatsRunner:
     The worker's thread exists before a run starts, so the run leaves it out with our other threads
     (``common_pid != tid``): a worker per sample would be a new thread each time, and sampling
     ``latency vfs_read`` reads hist files with vfs_read, which would count our own reads. What
-    happens is told to ``report((kind, generation, details))`` from the worker: ``started`` (the
-    choice, what a glob left out), ``sampled`` (a Sample, the hit rates, a note: user stacks shallow
-    for want of frame pointers) or ``failed`` (a message).
+    happens is told to ``report((kind, generation, details))`` from the worker: ``estimated`` (a stack
+    count's ``StackCost``, measured before it starts: a high one starts only when asked again accepting it),
+    ``started`` (the choice, what a glob left out), ``sampled`` (a Sample, the hit rates, a note: user stacks
+    shallow for want of frame pointers), ``capped`` (a stack run stopped at its bound: why) or ``failed`` (a
+    message).
     """
 
     def __init__(self, sources, alive: Callable[[], bool]) -> None:
@@ -211,11 +220,12 @@ class StatsRunner:
         self.run: AggregationRun | StackRun | None = None
         self.native_id: int | None = None  # the worker's thread, once it runs
         self.closed = threading.Event()  # set once everything the view made is gone
-        self._asks: queue.SimpleQueue = queue.SimpleQueue()  # (generation, request), or None: close
+        self._asks: queue.SimpleQueue = queue.SimpleQueue()  # (generation, request, accept_cost), or None: close
 
-    def ask(self, generation: int, request: StatsRequest) -> None:
-        """Replace the run by one for ``request`` (asks queued meanwhile: only the newest runs)."""
-        self._asks.put((generation, request))
+    def ask(self, generation: int, request: StatsRequest, accept_cost: bool = False) -> None:
+        """Replace the run by one for ``request`` (asks queued meanwhile: only the newest runs); ``accept_cost``:
+        a stack count starts even when its estimate is high."""
+        self._asks.put((generation, request, accept_cost))
 
     def close(self) -> None:
         """Stop the run and remove what it made, in the worker (the caller does not wait)."""
@@ -241,19 +251,24 @@ class StatsRunner:
                     asks.append(self._asks.get())
                 if None in asks:
                     return
-                generation, request = asks[-1]
+                generation, request, accept_cost = asks[-1]
                 self._stop()
-                due = time.monotonic() + REFRESH_SECONDS if self._start(generation, request) else None
+                due = time.monotonic() + REFRESH_SECONDS if self._start(generation, request, accept_cost) else None
         finally:
             try:
                 self._stop()
             finally:
                 self.closed.set()
 
-    def _start(self, generation: int, request: StatsRequest) -> bool:
+    def _start(self, generation: int, request: StatsRequest, accept_cost: bool) -> bool:
         try:
             top, builder = (self.sources.tracing(), None) if request.existing else run_builder(self.sources, request.binary)
             run, targets = request.run(top, builder)
+            if isinstance(run, StackRun) and not accept_cost:  # an accepted cost was measured and said already
+                cost = estimate(run, request.spec[0])
+                self.report(("estimated", generation, (cost,)))
+                if cost.high and not accept_cost:
+                    return False
             run.start()
         except UserError as exc:
             self.report(("failed", generation, (str(exc),)))
@@ -273,6 +288,10 @@ class StatsRunner:
             return False
         note = run.shallow_note(run.sampled) if isinstance(run, StackRun) else ""
         self.report(("sampled", generation, (sample, list(run.rates), note)))
+        if isinstance(run, StackRun) and run.sampled.capped:  # as the CLI does: the view keeps what it counted
+            self._stop()
+            self.report(("capped", generation, (run.sampled.capped_message(),)))
+            return False
         return True
 
     def _stop(self) -> None:

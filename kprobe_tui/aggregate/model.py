@@ -18,12 +18,15 @@ from operator import floordiv, sub
 from kprobe_tui.errors import UserError
 from kprobe_tui.stream.filterexpr import split_transform, swap_bytes
 
-__all__ = ["Aggregation", "Field", "Linear", "UNITS", "parse_field", "parse_linear"]
+__all__ = ["Aggregation", "Field", "Linear", "STACK_KEY", "UNITS", "parse_field", "parse_linear"]
 
 # Keys every event has; any other key names an argument the probe captures.
 HEADER_KEYS = ("comm", "pid", "probe")
 # A latency is measured at the return, where the call's arguments are gone: only the caller keys it.
 LATENCY_KEYS = ("comm", "pid")
+# The key of a run by call path (``StackRun``): no field of an event, the stack the kernel walks at the hit
+# (a latency's, at the entry).
+STACK_KEY = "stack"
 # The kernel's compound keys (TRACING_MAP_KEYS_MAX); the user-space engine keeps the same limit.
 MAX_KEYS = 3
 # More buckets than this is not a picture anyone reads (and not a table the kernel should keep).
@@ -195,8 +198,8 @@ class Aggregation:
                 raise UserError(f"{self.value.name!r}: not a numeric argument", "histograms are of captured values, e.g. len")
         if self.kind == "latency" and self.unit not in UNITS:
             raise UserError(f"--unit {self.unit}: one of {', '.join(UNITS)}")
-        if self.kind == "latency" and any(key.name not in LATENCY_KEYS for key in self.keys):
-            raise UserError("latency is keyed by comm or pid", "the return of a call has no arguments to key it by")
+        if self.kind == "latency" and any(key.name not in (*LATENCY_KEYS, STACK_KEY) for key in self.keys):
+            raise UserError("latency is keyed by comm, pid or stack", "the return of a call has no arguments to key it by")
         if self.top is not None and self.top < 1:
             raise UserError(f"--top {self.top}: must be at least 1")
         if self.kind != "count" and self.buckets is None:

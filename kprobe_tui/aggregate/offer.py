@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kprobe_tui.aggregate.model import Aggregation
+from kprobe_tui.aggregate.model import STACK_KEY, Aggregation
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.tracefs import Tracefs
 
@@ -32,6 +32,7 @@ class KernelOffer:
     hist_constants: bool
     kprobe_profile: bool
     uprobe_profile: bool
+    synthetic_stacks: bool = False  # a synthetic event takes a stack field (6.4+): a latency keyed by stack
 
     def missing_for(self, aggregation: Aggregation) -> str | None:
         """Why hist triggers cannot run this aggregation here, or None when they can."""
@@ -43,6 +44,13 @@ class KernelOffer:
             if not self.hist_constants:
                 return ("this kernel's hist triggers take no numeric constants (its README has no numeric_literal: "
                         "kernels before 5.16), which the latency buckets need")
+            names = {key.name for key in aggregation.keys}
+            if STACK_KEY in names and not self.synthetic_stacks:
+                return ("this kernel's synthetic events take no stack (its README has no `long[] stack`: kernels "
+                        "before 6.4), which a latency keyed by the entry's stack needs")
+            if STACK_KEY in names and "comm" in names:  # the 6.12 guest refused it: EINVAL
+                return ("a kernel table key holds at most 384 bytes (HIST_KEY_SIZE_MAX), and a stack (128), a comm "
+                        "(256) and a latency bucket are more")
         return None
 
 
@@ -54,6 +62,7 @@ def detect(top: Tracefs) -> KernelOffer:
         hist_constants="numeric_literal" in readme,
         kprobe_profile=top.exists("kprobe_profile"),
         uprobe_profile=top.exists("uprobe_profile"),
+        synthetic_stacks="long[] stack" in readme,
     )
 
 

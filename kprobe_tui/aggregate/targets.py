@@ -165,25 +165,29 @@ class TargetBuilder:
                             "list them with: kprobe-tui funcs" + (f" -x {self.binary}" if self.binary else "") + " 'PATTERN'")
         return targets
 
-    def histogram(self, spec: str, value: str, aggregation: Aggregation, filter_text: str) -> Targets:
+    def histogram(self, spec: str, value: str, aggregation: Aggregation, filter_text: str, stacks: bool = False) -> Targets:
+        """``stacks``: one histogram a stack, so a uprobe's caller is captured (``CALLER_ARGUMENT``)."""
         words = _words(spec)
         if any(c in words[0] for c in GLOB_CHARACTERS):
             raise UserError(f"{spec!r}: a histogram is of one function's value", "name one function")
         others = aggregation.arguments()[1:] + filter_arguments(filter_text)
         targets = Targets([], {})
         comm = any(key.name == "comm" for key in aggregation.keys)
+        self.caller = stacks and self.binary is not None
         value_name = argument_name(parse_arg(value))
         self._single(words + [value], list(dict.fromkeys([value_name, *others])), targets, "hit", comm)
         return targets
 
-    def latency(self, function: str, aggregation: Aggregation, filter_text: str) -> Targets:
-        """Entry and return probes; by comm, the return captures it (it is read there, by either engine)."""
+    def latency(self, function: str, aggregation: Aggregation, filter_text: str, stacks: bool = False) -> Targets:
+        """Entry and return probes; by comm, the return captures it (it is read there, by either engine).
+        ``stacks``: keyed by the entry's stack, so a uprobe's entry captures its caller (``CALLER_ARGUMENT``)."""
         words = _words(function)
         if len(words) != 1 or any(c in words[0] for c in GLOB_CHARACTERS + "%:+;"):
             raise UserError(f"{function!r}: latency is of one function, entry to return",
                             "give its name, e.g. vfs_read (or -x BIN work)")
         comm = any(key.name == "comm" for key in aggregation.keys)
         targets = Targets([], {})
+        self.caller = stacks and self.binary is not None
         self._single(words, filter_arguments(filter_text), targets, "entry")
         self._single([f"{words[0]}%return"], [], targets, "return", comm)
         return targets
@@ -271,7 +275,7 @@ class TargetBuilder:
 
         status, _reason = classify(name)
         if self.binary:
-            from kprobe_tui.probes.binary import LABELS
+            from kprobe_tui.probes.binary import LABELS  # loaded with the catalog (_load_catalog), not before
 
             return None if status.probeable else LABELS.get(status, status.value)
         if status is Status.BREAKPOINT:

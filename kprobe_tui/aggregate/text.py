@@ -81,6 +81,18 @@ def _key_text(key: tuple, escape: Callable[[str], str]) -> list[str]:
     return [escape(part) if isinstance(part, str) else str(part) for part in key]
 
 
+def _key_head(name: str, key: tuple, escape: Callable[[str], str]) -> list[str]:
+    """``@len[dd, 3]:``; a stack key as bpftrace prints ``@[kstack]``: a frame a line, innermost first, four
+    spaces in, then ``]:`` (or ``, comm]:``), as ``count --by stack`` prints it too."""
+    text = f"{name}["
+    for index, part in enumerate(key):
+        if isinstance(part, tuple):
+            text += "\n" + "".join(f"    {escape(frame)}\n" for frame in reversed(part))
+        else:
+            text += (", " if index else "") + _key_text((part,), escape)[0]
+    return f"{text}]:".split("\n")
+
+
 def _count_lines(result: Result, escape: Callable[[str], str]) -> list[str]:
     names = [name.upper() for name in result.key_names]
     rows = [(_key_text(entry.key, escape), entry.count) for entry in reversed(result.entries)]  # largest last
@@ -104,7 +116,7 @@ def _distribution_lines(result: Result, aggregation: Aggregation, escape: Callab
     lines: list[str] = []
     if result.key_names:
         for entry in result.entries:
-            lines.append(f"{name}[{', '.join(_key_text(entry.key, escape))}]:")
+            lines += _key_head(name, entry.key, escape)
             lines += histogram_lines(entry.buckets or (), linear)
             lines.append(stats_line(entry.stats, result.unit))
             lines.append("")

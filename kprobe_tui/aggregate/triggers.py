@@ -32,10 +32,10 @@ What the guests' kernels (Debian 6.1 and 6.12) taught, each checked there:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kprobe_tui.aggregate.histfile import HistTable
-from kprobe_tui.aggregate.model import Aggregation, Field
+from kprobe_tui.aggregate.model import STACK_KEY, Aggregation, Field
 from kprobe_tui.errors import UserError
 
 COMM_KEY = "common_pid.execname"
@@ -48,6 +48,7 @@ KERNEL_MAX_KEYS = 3
 TABLE_SIZE = 8192
 LATENCY_FIELDS = (("u64", "lat"), ("u64", "lat1"))
 SYNTHETIC_COMM = "comm"  # the latency synthetic event's string field (a dynamic string: char comm[])
+SYNTHETIC_STACK = "stack"  # a latency by stack's synthetic event: the entry's kernel stack (6.4+: unsigned long[])
 _UNIT_DIVISOR = {"ns": 1, "us": 1_000, "ms": 1_000_000}
 
 
@@ -156,25 +157,38 @@ class LatencyTriggers:
 
 
 def latency_triggers(aggregation: Aggregation, entry: tuple[str, str], ret: tuple[str, str], synthetic_name: str,
-                     tag: str, entry_filter: str, return_filter: str, comm_field: str | None = None) -> LatencyTriggers:
+                     tag: str, entry_filter: str, return_filter: str, comm_field: str | None = None,
+                     stack_key: str | None = None) -> LatencyTriggers:
     """``comm_field``: the return probe's capture of ``$comm``, for latency by comm. It goes into the
     synthetic event as a string: ``common_pid.execname`` there would be the comm when the table entry
-    for that pid and bucket was made, so a thread that renamed itself would be counted under either."""
+    for that pid and bucket was made, so a thread that renamed itself would be counted under either.
+
+    ``stack_key``: a latency by stack (``common_stacktrace``, or ``stacktrace`` before 6.4's rename): the
+    entry saves its stack in a variable, the return passes it to the synthetic event (a field of type
+    ``unsigned long[]``: 6.4+), whose tables are keyed by it first (``stack.stacktrace``)."""
     divisor = _UNIT_DIVISOR[aggregation.unit]
     now = "common_timestamp" if divisor == 1 else f"common_timestamp/{divisor}"
-    ts, lat, lat1 = f"ts{tag}", f"lt{tag}", f"lb{tag}"
+    ts, lat, lat1, saved, passed = f"ts{tag}", f"lt{tag}", f"lb{tag}", f"st{tag}", f"sk{tag}"
     fields: tuple[tuple[str, str], ...] = LATENCY_FIELDS
     params = f"${lat},${lat1}"
+    entry_variables: tuple[tuple[str, str], ...] = ((ts, now),)
+    return_variables: tuple[tuple[str, str], ...] = ((lat, f"{now}-${ts}"), (lat1, f"{now}-${ts}+1"))
+    if stack_key:
+        fields, params = fields + (("unsigned long[]", SYNTHETIC_STACK),), f"{params},${passed}"
+        entry_variables += ((saved, stack_key),)
+        return_variables += ((passed, f"${saved}"),)
     if comm_field:
         fields, params = fields + (("char", "comm[]"),), f"{params},{comm_field}"
     synthetic = SyntheticEvent(synthetic_name, fields)
-    by = _table_keys(aggregation, {"comm": SYNTHETIC_COMM}) if aggregation.keys else ()
+    keys = tuple(key for key in aggregation.keys if key.name != STACK_KEY)
+    by = (*((f"{SYNTHETIC_STACK}.stacktrace",) if stack_key else ()),
+          *(_table_keys(replace(aggregation, keys=keys), {"comm": SYNTHETIC_COMM}) if keys else ()))
     return LatencyTriggers(
         synthetic=synthetic,
-        entry=Trigger(*entry, (PID_KEY,), variables=((ts, now),), filter=entry_filter),
-        ret=Trigger(*ret, (PID_KEY,), variables=((lat, f"{now}-${ts}"), (lat1, f"{now}-${ts}+1")),
+        entry=Trigger(*entry, (PID_KEY,), variables=entry_variables, filter=entry_filter),
+        ret=Trigger(*ret, (PID_KEY,), variables=return_variables,
                     handler=f"onmatch({entry[0]}.{entry[1]}).trace({synthetic_name},{params})", filter=return_filter),
         returns=Trigger(*ret, (WHOLE_EVENT_KEY,), filter=return_filter),
-        table=Trigger("synthetic", synthetic_name, (*by, "lat1.log2"), values=("lat",)),
+        table=Trigger("synthetic", synthetic_name, (*by, "lat1.log2"), values=("lat",), size=TABLE_SIZE if stack_key else None),
         extremes=Trigger("synthetic", synthetic_name, (*by, "lat"), size=TABLE_SIZE),
     )

@@ -76,6 +76,16 @@ def thread_key(pid: int) -> bytes:
     return b"%-7d" % pid
 
 
+def latency_in_unit(entered: float, returned: float, unit: str) -> int:
+    """One call's latency from its entry's and its return's stamps (seconds, to the microsecond as the text
+    prints them), as ``_readings`` and ``_latencies`` compute a batch: ms is a difference of ms clock readings
+    (the kernel's common_timestamp/1000000 - $ts), us the rounded difference, ns the microseconds times 1000."""
+    if unit == "ms":
+        return round(returned * 1e6) // 1000 - round(entered * 1e6) // 1000
+    micros = round((returned - entered) * 1e6)
+    return micros * 1000 if unit == "ns" else micros
+
+
 def _fixed_header(lines: list[bytes]) -> bool:
     """Whether the header is ``%16s-%-7d `` (kernels before 5.x printed ``%-5d``: no slices then)."""
     return lines[0][16:17] == b"-" and lines[0][24:25] == b" "

@@ -11,9 +11,11 @@ import json
 import re
 import sys
 import time
+from collections.abc import Callable
 
 from kprobe_tui.aggregate.model import Aggregation
 from kprobe_tui.aggregate.offer import ENGINES
+from kprobe_tui.aggregate.result import Result
 from kprobe_tui.aggregate.run import AggregationRun, Sample
 from kprobe_tui.aggregate.stackrun import StackRun
 from kprobe_tui.aggregate.targets import DEFAULT_MAX_PROBES, TargetBuilder, Targets, run_builder
@@ -23,7 +25,7 @@ from kprobe_tui.commands.seconds import check_seconds
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import sources
 from kprobe_tui.kernel.tracefs import Tracefs
-from kprobe_tui.stream.stacks import MAX_STACKS_ENV, StackTable, format_bpftrace, format_folded, format_json
+from kprobe_tui.stream.stacks import StackTable, format_bpftrace, format_folded, format_json
 from kprobe_tui.textsafe import printable
 
 ENGINE_HELP = ("where to aggregate: bpf (a BPF program of ours on each probe, no event recorded), hist (hist "
@@ -31,6 +33,8 @@ ENGINE_HELP = ("where to aggregate: bpf (a BPF program of ours on each probe, no
                "space reads a table once per interval), user (events read from our trace instance and counted "
                "here), or auto (default: the kernel whenever it can; the reason is printed)")
 
+
+CAP_CHECK_SECONDS = 1.0  # how often a stack run looks whether it keeps as many stacks as it may (one read of its table)
 
 # -x BINARY: the functions counted are that program's or library's (uprobes), before or after the command.
 OPTIONS = frozenset({"binary"})
@@ -99,7 +103,7 @@ def run_aggregation(args, what: str, aggregation: Aggregation, top, targets: Tar
     printed = False
     try:
         try:  # the announcements inside: a Ctrl-C as soon as they are read still ends with the final table
-            _err(f"kprobe-tui: {what}: {choice.engine} engine: {choice.reason}")
+            _err(f"kprobe-tui: {printable(what)}: {choice.engine} engine: {choice.reason}")
             if not args.json:
                 _say_tracing(targets)
             started = time.monotonic()
@@ -131,32 +135,66 @@ def run_aggregation(args, what: str, aggregation: Aggregation, top, targets: Tar
 
 def run_stack_count(args, what: str, run: StackRun, targets: Targets) -> int:
     """Start, print the stacks counted per interval (or once at the end), stop; Ctrl-C ends it with the last."""
+    def emit(table: StackTable, start: float, end: float, interval: bool, last: bool) -> None:
+        _emit_stacks(args, table, interval=interval, last=last)
+
+    return _run_stacks(args, what, run, targets, emit, quiet=args.json or args.folded)
+
+
+def run_stack_histogram(args, what: str, aggregation: Aggregation, run: StackRun, targets: Targets) -> int:
+    """``run_stack_count`` for a histogram by stack: each interval's (or the whole run's) as ``hist`` prints."""
+    def emit(table: StackTable, start: float, end: float, interval: bool, last: bool) -> None:
+        _emit_result(args, aggregation, run.result(table, start, end), interval=interval, last=last)
+
+    return _run_stacks(args, what, run, targets, emit, quiet=args.json)
+
+
+def _run_stacks(args, what: str, run: StackRun, targets: Targets,
+                emit: Callable[[StackTable, float, float, bool, bool], None], quiet: bool) -> int:
+    """Start, ``emit`` what was counted per interval (or once at the end), stop; Ctrl-C ends it with the last.
+    The run also stops, and says so, once it keeps as many distinct stacks as it may (checked each second)."""
     _say_skipped(targets)
     choice = run.start()
     before = StackTable(run.limit)
+    started = since = time.time()
     try:
         try:
-            _err(f"kprobe-tui: {what}: {choice.engine} engine: {choice.reason}")
-            if not args.json and not args.folded:
+            _err(f"kprobe-tui: {printable(what)}: {choice.engine} engine: {choice.reason}")
+            if not quiet:
                 _say_tracing(targets)
-            deadline = time.monotonic() + args.duration if args.duration else None
-            while deadline is None or time.monotonic() < deadline:
-                pause = args.interval or 3600.0
-                time.sleep(max(0.0, min(pause, deadline - time.monotonic()) if deadline else pause))
-                if args.interval and (deadline is None or time.monotonic() < deadline):
-                    now = run.collect()
-                    _emit_stacks(args, now.since(before), interval=True, last=False)
-                    before = now
+            now = time.monotonic()
+            deadline = now + args.duration if args.duration else None
+            tick = now + args.interval if args.interval else None
+            check = now + CAP_CHECK_SECONDS
+            while True:
+                wake = min(t for t in (tick, deadline, check) if t is not None)
+                time.sleep(max(0.0, wake - time.monotonic()))
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    break
+                if tick is not None and now >= tick:
+                    table, at = run.collect(), time.time()
+                    emit(table.since(before), since, at, True, False)
+                    before, since, tick = table, at, tick + args.interval
+                    if table.capped:
+                        break
+                    check = now + CAP_CHECK_SECONDS  # this read looked already
+                if now >= check:
+                    check = now + CAP_CHECK_SECONDS
+                    if run.collect().capped:
+                        break
         except KeyboardInterrupt:
             pass
         final = run.stop()
     finally:
         run.stop()
     if final is not None:
-        _emit_stacks(args, final.since(before) if args.interval else final, interval=bool(args.interval), last=True)
+        if args.interval:
+            emit(final.since(before), since, time.time(), True, True)
+        else:
+            emit(final, started, time.time(), False, True)
         if final.capped:
-            _err(f"kprobe-tui: {len(final.counts)} distinct stacks kept ({MAX_STACKS_ENV}); {final.dropped} hits "
-                 "of other stacks are not shown")
+            _err(f"kprobe-tui: {final.capped_message()}")
         if final.lost:
             _err(f"kprobe-tui: {final.lost} events lost: the kernel's ring overflowed, or still held them when the run "
                  "ended (the user-space engine could not keep up; their stacks are not counted)")
@@ -186,7 +224,10 @@ def _sample_names(names: list[str], shown: int = 5) -> str:
 
 
 def _emit(args, aggregation: Aggregation, sample: Sample, *, interval: bool, last: bool = False) -> None:
-    result = sample.interval if interval else sample.total
+    _emit_result(args, aggregation, sample.interval if interval else sample.total, interval=interval, last=last)
+
+
+def _emit_result(args, aggregation: Aggregation, result: Result, *, interval: bool, last: bool) -> None:
     if args.json:
         record = result.to_json()
         if last:

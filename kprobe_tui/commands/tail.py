@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import queue
 import shlex
 import sys
 import time
 
+from kprobe_tui.commands.funcs import module_name
 from kprobe_tui.commands.seconds import check_seconds
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import sources
+from kprobe_tui.kernel.events import Events
 from kprobe_tui.probes.guard import SocketSpotter
 from kprobe_tui.stream.parser import Event
 from kprobe_tui.stream.reader import StreamUpdate
@@ -59,12 +62,6 @@ def _targets(tracefs, args) -> list[str]:
     """The EVENT patterns, narrowed to the probes on -x BINARY or in -m MODULE when one is given."""
     if args.binary is None and args.module is None:
         return args.events
-    import fnmatch
-    import shlex
-
-    from kprobe_tui.commands.funcs import module_name
-    from kprobe_tui.kernel.events import Events
-
     module = module_name(args.module) if args.module else None
     patterns = [p.replace(":", "/", 1) for p in args.events] or ["*"]
     chosen = [e.full_name for e in Events(tracefs).list() if e.is_on(args.binary, module)

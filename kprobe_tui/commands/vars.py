@@ -32,7 +32,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kprobe_tui.debuginfo.scope import PointSpec
+    from kprobe_tui.debuginfo.scope import PointSpec  # here: debuginfo.scope costs ~32 ms to import (-X importtime), more than --help should pay
 
     spec = PointSpec.parse(args.spec)
     info = open_target(args)
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _listing(info, spec, args: argparse.Namespace) -> str:
-    from kprobe_tui.debuginfo.describe import format_points
+    from kprobe_tui.debuginfo.describe import format_points  # here: describe costs ~32 ms to import (-X importtime), more than --help should pay
 
     points = info.probe_points(spec, externs=args.externs, ranges=args.range)
     if not points:

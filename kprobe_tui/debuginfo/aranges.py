@@ -34,7 +34,12 @@ class ArangeMap:
                     break
                 spans.append((start, start + size, cu_offset))
             pos = end
-        spans.sort()
+        return cls.of_spans(spans)
+
+    @classmethod
+    def of_spans(cls, spans: list[tuple[int, int, int]]) -> ArangeMap:
+        """The map of (start, end, CU offset) spans, in any order."""
+        spans = sorted(spans)
         return cls([s[0] for s in spans], [s[1] for s in spans], [s[2] for s in spans])
 
     def cu_at(self, address: int) -> int | None:

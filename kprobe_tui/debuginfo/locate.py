@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import shutil
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -218,8 +218,6 @@ def with_supplementary(located: LocatedDebugInfo, elf: ElfSections, debuginfod: 
 
 
 def _replace(located: LocatedDebugInfo, **changes) -> LocatedDebugInfo:
-    from dataclasses import replace
-
     return replace(located, **changes)
 
 

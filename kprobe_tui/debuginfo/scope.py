@@ -384,6 +384,31 @@ class DebugInfo:
                 return cu.get_DIE_from_refaddr(die_offset)
         return None
 
+    @one_question_at_a_time
+    @reports_corruption(_debug_file)
+    def source_line(self, address: int) -> tuple[str, int] | None:
+        """(file, line) of an address as addr2line gives them (the line-table row covering it, the file as
+        DWARF joins it with its directory); None where no unit or row covers it, or the row's line is 0 (code
+        of no line, addr2line's ``?``) or beyond 32 bits (a corrupt table: DWARF's line register is 32-bit)."""
+        cu_offset = (self.aranges if self.aranges.starts else self._unit_ranges).cu_at(address)
+        if cu_offset is None:
+            return None
+        unit = self.units.of(self.cu(cu_offset))
+        row = unit.row_covering(address)
+        if row is None or not 0 < row.line < 1 << 32:
+            return None
+        file = unit.file_name(row.file)
+        return (file, row.line) if file else None
+
+    @_answered_once
+    def _unit_ranges(self) -> ArangeMap:
+        """address -> CU from each unit's own ranges, for a file without .debug_aranges (clang emits none
+        unless asked with -gdwarf-aranges), as elfutils' dwarf_addrdie falls back to them."""
+        spans: list[tuple[int, int, int]] = []
+        for cu in self.dwarf.iter_CUs():
+            spans.extend((low, high, cu.cu_offset) for low, high in dw.ranges_of(cu.get_top_DIE(), self.units))
+        return ArangeMap.of_spans(spans)
+
     @_answered_once
     def _load_segments(self) -> list[tuple[int, int, int]]:
         """(vaddr, memsz, offset) of the probed binary's PT_LOAD segments (not the debug file's)."""

@@ -88,7 +88,7 @@ class DebugSections:
 
     def descriptor(self, name: str):
         """pyelftools' view of the named section's final contents, or None when absent or NOBITS."""
-        from elftools.dwarf.dwarfinfo import DebugSectionDescriptor
+        from elftools.dwarf.dwarfinfo import DebugSectionDescriptor  # here: pyelftools' DWARF costs ~18 ms to import (-X importtime); a warm run never loads it
 
         index = self._indices.get(name)
         if index is None:

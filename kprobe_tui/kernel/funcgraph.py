@@ -25,12 +25,21 @@ from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.tracefs import KernelRefused, Tracefs
 
 GRAPH_TRACER = "function_graph"
+# A kernel function's name as set_graph_function and a probe take it (``.isra.0`` and the like included; no glob).
+FUNCTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,127}")
 RECORD_SUFFIX = ".graph"  # beside the run's lock: the settings to restore after a SIGKILL
 MAX_RECORD = 1 << 16
 # The plain files we write, each restored from what it said before.
 # tracing_on too: perf ftrace leaves it at 0 when it ends (measured, perf 6.1 in the 6.1 guest).
 SETTING_FILES = ("set_graph_function", "max_graph_depth", "set_ftrace_pid", "set_ftrace_notrace_pid", "tracing_on",
-                 "buffer_size_kb")
+                 "buffer_size_kb", "set_graph_notrace")
+# The kprobes' own work, which a probe on a graphed function (ours for return values, or anyone's) runs inside the
+# graph: in the 6.12 guest each probed call grew kprobe_ftrace_handler and kretprobe_rethook_handler children, and a
+# return value's event printed inside the handler's call instead of after the call it ends. Left out of the graph
+# (set_graph_notrace, which the kernel refuses a name at a time where it does not trace that function).
+KPROBE_MACHINERY = ("kprobe_ftrace_handler", "kretprobe_rethook_handler", "pre_handler_kretprobe", "get_kprobe",
+                    "arch_rethook_trampoline_callback", "rethook_trampoline_handler", "kprobe_dispatcher",
+                    "kretprobe_dispatcher")
 # The top level's ring buffer starts at 7 KB a CPU and grows to the kernel's size (1408 KB) when first used,
 # unless any instance has set its own size first: the kernel then counts every buffer as grown (6.1 guest,
 # measured: after one count or tail, 7 KB stayed, and a graph of dd's 45 reads kept 21 and lost 240 entries;
@@ -88,6 +97,11 @@ class GraphTracer:
         if settings.function not in self.top.read("set_graph_function").split():
             raise not_known
         self.top.write("max_graph_depth", str(settings.depth), append=False)
+        for name in KPROBE_MACHINERY if self.top.exists("set_graph_notrace") else ():
+            try:
+                self.top.write("set_graph_notrace", name)
+            except KernelRefused:
+                pass
         if "buffer_size_kb" in saved.files:  # kept small by the kernel: see GRAPH_BUFFER_KB
             self.top.write("buffer_size_kb", str(GRAPH_BUFFER_KB), append=False)
         if settings.pids:

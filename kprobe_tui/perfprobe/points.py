@@ -14,8 +14,11 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
+from kprobe_tui.debuginfo import dwarfinfo as dw
 from kprobe_tui.errors import UserError
+from kprobe_tui.files import MiB, read_regular
 from kprobe_tui.perfprobe.text import Point
+from kprobe_tui.probes.symbols import elf_symbols
 
 _KALLSYMS_TEXT = re.compile(r"^([0-9a-fA-F]+) [tTwW] (\S+)(?:[ \t]+\[([^\]\s]+)\])?[ \t]*$", re.M)
 _KPROBE_PLACE = re.compile(r"(?:(?P<module>\w+):)?(?P<symbol>[A-Za-z_.][\w.]*)(?:\+(?P<offset>\d+|0x[0-9a-fA-F]+))?")
@@ -25,8 +28,6 @@ class Kallsyms:
     """The kernel's text symbols by name and by address (for the places probes name)."""
 
     def __init__(self, path: Path) -> None:
-        from kprobe_tui.files import MiB, read_regular
-
         text = read_regular(path, "kallsyms", 256 * MiB).decode(errors="replace")
         self.by_name: dict[tuple[str, str], int] = {}
         rows = []
@@ -96,8 +97,7 @@ def uprobe_point(place: str, is_return: bool, debuginfo_of) -> tuple[Point, str]
 def _dwarf_point(info, address: int, is_return: bool) -> Point | None:
     """debuginfo__find_probe_point: the function, line (relative to the function's declaration or its
     inlined copy's), or offset, and the file, perf finds for an address; None outside the DWARF."""
-    from kprobe_tui.debuginfo import dwarfinfo as dw
-    from kprobe_tui.debuginfo.lines import line_info
+    from kprobe_tui.debuginfo.lines import line_info  # here: ~6 ms to import (-X importtime); only a DWARF lookup needs it
 
     try:
         cu_offset = info.aranges.cu_at(address)
@@ -155,7 +155,7 @@ def _kernel_slide(info, kallsyms: Kallsyms) -> int:
 
 @lru_cache(maxsize=32)
 def _text_bias(path: str) -> int:
-    from elftools.elf.elffile import ELFFile
+    from elftools.elf.elffile import ELFFile  # here: pyelftools costs ~26 ms to import (-X importtime) and only this function uses it here
 
     try:
         with open(path, "rb") as stream:
@@ -166,8 +166,6 @@ def _text_bias(path: str) -> int:
 
 
 def _elf_symbol(path: str, address: int) -> tuple[str, int] | None:
-    from kprobe_tui.probes.symbols import elf_symbols
-
     try:
         symbol = elf_symbols(path).containing(address)
     except UserError:

@@ -18,6 +18,7 @@ from typing import Any
 from kprobe_tui.debuginfo.corrupt import file_of_die, reports_corruption
 from kprobe_tui.debuginfo.scope import asking_about
 from kprobe_tui.errors import UserError
+from kprobe_tui.kernel import btf as kb
 from kprobe_tui.kernel.btf import Btf
 from kprobe_tui.probes import locations as loc
 from kprobe_tui.probes.dwarffetch import dwarf_points
@@ -203,8 +204,6 @@ def _unavailable(node: VariableNode, why: str) -> VariableNode:
 
 
 def _btf_node(btf, expression: str, name: str, type_id: int, where: str, bits: int = 0, bit_offset: int = 0) -> VariableNode:
-    from kprobe_tui.kernel import btf as kb
-
     type_name = btf.type_name(type_id)
     handle = ("btf", btf, type_id)
     real = btf.resolve(type_id)
@@ -242,8 +241,6 @@ def _btf_children(node: VariableNode) -> list[VariableNode]:
 
 def _flat_members(btf, type_id: int, base: int) -> list:
     """(member, bit offset of its struct) with anonymous struct/union members flattened."""
-    from kprobe_tui.kernel import btf as kb
-
     found = []
     for member in btf.members(type_id):
         if not member.name and btf.kind(btf.resolve(member.type_id)) in (kb.STRUCT, kb.UNION):

@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.events import DynamicEvent, kind_of, probe_body
+from kprobe_tui.probes.compile import compile_spec, running_kernel_vmlinux
 from kprobe_tui.probes.render import sanitize
+from kprobe_tui.probes.spec import parse_spec
 from kprobe_tui.probes.symbols import ElfSymbols
 
 if TYPE_CHECKING:
@@ -84,9 +86,6 @@ def line_place(event: DynamicEvent) -> str | None:
 def source_line(event: DynamicEvent, function: str, binary: str | None) -> str | None:
     """The line (from the function's first) a probe was placed by, when its name says one (``work_L3``,
     as the builder and perf name line probes) and that line still compiles to exactly its places; else None."""
-    from kprobe_tui.probes.compile import compile_spec, running_kernel_vmlinux
-    from kprobe_tui.probes.spec import parse_spec
-
     named = _LINE_PROBE_NAME.fullmatch(event.event)
     if named is None or named["function"] != sanitize(function):
         return None

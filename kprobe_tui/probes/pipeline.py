@@ -233,7 +233,7 @@ def check_kernel_function(name: str, catalog: Catalog, module: str | None = None
 
     With ``module`` the place is MODULE:name, which the kernel resolves in that module: the name
     may also be a vmlinux symbol (or another module's), but it must be this module's."""
-    from kprobe_tui.kernel.catalog import Status
+    from kprobe_tui.kernel.catalog import Status  # here: ~3 ms to import (-X importtime); only kernel probes need it
 
     i = bisect.bisect_left(catalog.names, name)
     if not catalog.names or catalog.names[i : i + 1] != [name]:
@@ -254,8 +254,8 @@ def check_kernel_function(name: str, catalog: Catalog, module: str | None = None
 
 def module_name(word: str) -> str:
     """The name the kernel knows a module by, for -m NAME or -m PATH (its .modinfo)."""
-    from kprobe_tui.debuginfo.modules import find_module_debuginfo
-    from kprobe_tui.debuginfo.modules import module_name as spelled
+    from kprobe_tui.debuginfo.modules import find_module_debuginfo  # here: ~4 ms to import (-X importtime); only -m needs it
+    from kprobe_tui.debuginfo.modules import module_name as spelled  # (the same module)
 
     if "/" in word or word.endswith((".ko", ".debug")):
         module = find_module_debuginfo(word).module
@@ -269,7 +269,7 @@ def _fetch_debuginfo(spec: ProbeSpec, vmlinux: str | None, debuginfod) -> list[s
     """Bring debug info not on disk first, through the caller's client: compiling opens it again, from disk."""
     if not needs_debuginfo(spec) or not (spec.is_uprobe or spec.module or vmlinux):
         return []
-    from kprobe_tui.debuginfo.scope import open_debuginfo
+    from kprobe_tui.debuginfo.scope import open_debuginfo  # here: ~14 ms to import (-X importtime); only a probe reading C needs it
 
     info = open_debuginfo(binary=spec.binary, vmlinux=vmlinux, module=spec.module, debuginfod=debuginfod)
     return [info.located.note] if info.located.note else []

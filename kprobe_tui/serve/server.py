@@ -30,6 +30,8 @@ from pathlib import Path
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.files import NoSuchFile
+from kprobe_tui.kernel.events import Events
+from kprobe_tui.kernel.sources import locate
 from kprobe_tui.probes.guard import SERVED_BY
 from kprobe_tui.serve import tokens
 from kprobe_tui.textsafe import printable
@@ -83,7 +85,7 @@ def session_environment(login: tokens.Login, width: int, height: int, served_by:
 
 def _student_app_class():
     """``StudentApp``, defined when first needed: textual-serve is imported by ``serve`` alone."""
-    from textual_serve.app_service import AppService
+    from textual_serve.app_service import AppService  # (~18 ms alone, -X importtime)
 
     class StudentApp(AppService):
         """One student's kprobe-tui behind one websocket, in a process group of its own."""
@@ -143,8 +145,8 @@ class Classroom:
         self.login_seconds = 3600 * bound(*LOGIN_HOURS)
 
     def make_app(self):
-        from aiohttp import web
-        from textual_serve import server as textual_serve
+        from aiohttp import web  # here: aiohttp costs ~160-180 ms to import (-X importtime) and serve --add-token never needs it
+        from textual_serve import server as textual_serve  # (with aiohttp ~235 ms, -X importtime)
 
         self.templates = Path(textual_serve.__file__).parent / "templates"
         app = web.Application(client_max_size=64 * 1024)  # a login form is a few hundred bytes
@@ -175,14 +177,14 @@ class Classroom:
     # -- pages -----------------------------------------------------------------------------------
 
     async def login_page(self, request, problem: str = "", status: int = 200):
-        from aiohttp import web
+        from aiohttp import web  # here: aiohttp costs ~160-180 ms to import (-X importtime) and serve --add-token never needs it
 
         message = f'<p class="problem">{html.escape(problem)}</p>' if problem else ""
         secret = "token or Unix password" if self.pam else "token"
         return web.Response(status=status, content_type="text/html", text=LOGIN_PAGE.format(problem=message, secret=secret))
 
     async def log_in(self, request):
-        from aiohttp import web
+        from aiohttp import web  # here: aiohttp costs ~160-180 ms to import (-X importtime) and serve --add-token never needs it
 
         if not self.same_origin(request):
             return await self.login_page(request, "refused: this form was not sent from this server's page", 403)
@@ -211,8 +213,8 @@ class Classroom:
         return response
 
     async def index(self, request):
-        import jinja2
-        from aiohttp import web
+        import jinja2  # here: ~27 ms to import alone (-X importtime); make_app's textual_serve has loaded it
+        from aiohttp import web  # here: aiohttp costs ~160-180 ms to import (-X importtime) and serve --add-token never needs it
 
         if self.logged_in(request) is None:
             raise web.HTTPSeeOther("/login")
@@ -228,7 +230,7 @@ class Classroom:
         return web.Response(text=page, content_type="text/html")
 
     async def websocket(self, request):
-        from aiohttp import web
+        from aiohttp import web  # here: aiohttp costs ~160-180 ms to import (-X importtime) and serve --add-token never needs it
 
         if not self.same_origin(request):
             say(f"refused a websocket from Origin {request.headers.get('Origin')!r} ({request.remote})")
@@ -241,7 +243,7 @@ class Classroom:
                                                "(KPROBE_TUI_SERVE_SESSIONS sets the number)")
         socket = web.WebSocketResponse(heartbeat=15)
         await socket.prepare(request)
-        from textual_serve.download_manager import DownloadManager
+        from textual_serve.download_manager import DownloadManager  # here: loaded with textual_serve by make_app
 
         app = _student_app_class()(logged.login, f"{os.getpid()} {request.remote}", write_bytes=socket.send_bytes,
                                    write_str=socket.send_str, close=socket.close, download_manager=DownloadManager())
@@ -262,7 +264,7 @@ class Classroom:
         return socket
 
     async def teacher(self, request):
-        from aiohttp import web
+        from aiohttp import web  # here: aiohttp costs ~160-180 ms to import (-X importtime) and serve --add-token never needs it
 
         logged = self.logged_in(request)
         if logged is None or not logged.login.teacher:
@@ -285,9 +287,6 @@ class Classroom:
 def made_probes() -> dict[int, list[str]] | str:
     """Each kprobe-tui's probes by its PID (its run's group is ``kptui_<pid>``, ``kptui_<pid>_N``),
     or why they cannot be read."""
-    from kprobe_tui.kernel.events import Events
-    from kprobe_tui.kernel.sources import locate
-
     made: dict[int, list[str]] = {}
     try:
         for event in Events(locate(mount=False).tracing()).list():
@@ -302,7 +301,7 @@ def made_probes() -> dict[int, list[str]] | str:
 async def relay(socket, app) -> None:
     """The browser's messages to the app: textual-serve's protocol (stdin, resize, ping, blur, focus),
     a message of another shape ignored rather than ending the server's handler with a traceback."""
-    from aiohttp import WSMsgType
+    from aiohttp import WSMsgType  # here: aiohttp costs ~160-180 ms to import (-X importtime) and serve --add-token never needs it
 
     async for message in socket:
         if message.type != WSMsgType.TEXT:
@@ -369,7 +368,7 @@ def check_listening(host: str, certfile: str | None, keyfile: str | None):
 
 async def serve(host: str, port: int, token_file: Path, tls, public_url: str | None, pam: bool) -> None:
     """Listen until SIGTERM, SIGHUP or SIGINT; then every session is ended before the server exits."""
-    from aiohttp import web
+    from aiohttp import web  # here: aiohttp costs ~160-180 ms to import (-X importtime) and serve --add-token never needs it
 
     classroom = Classroom(token_file, public_url, pam)  # the bounds refused before listening
     runner = web.AppRunner(classroom.make_app(), handle_signals=False, access_log=None)  # no request is logged

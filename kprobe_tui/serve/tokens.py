@@ -77,6 +77,7 @@ def check(path: Path, user: str, token: str) -> Login | None:
 def check_password(user: str, password: str) -> Login | None:
     """The student ``user`` proves with their Unix password, through PAM's ``login`` service (its
     pam_faildelay makes each wrong guess cost 3 s on Debian); never root, never a teacher."""
+    # here: pamela is optional (the pam extra); serve --pam checks it is installed
     import pamela  # type: ignore[import-untyped]
 
     try:

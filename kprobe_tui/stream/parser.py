@@ -51,9 +51,9 @@ class Hex(int):
 
 
 class Event(NamedTuple):
-    """One trace event. A tuple of plain values: the garbage collector stops tracking it, which
-    keeps a store of a million events from making every collection slower. ``args`` and ``site``
-    are split from ``body`` when asked for."""
+    """One trace event. A tuple of plain values, with no cycles: the collector still tracks it (it untracks
+    exact tuples only), so a big store collects young objects less often (stream/store.py). ``args`` and
+    ``site`` are split from ``body`` when asked for."""
 
     ts: float
     cpu: int

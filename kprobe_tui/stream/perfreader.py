@@ -32,9 +32,10 @@ from kprobe_tui.stream.reader import SourceBatch
 
 _TIME = attrgetter("ts")
 # What a sample waits for the name records read after it: longer than one pass of perf over the rings (perf's
-# --no-buffering pipe; CI once named a 'tvg' sample 'perf-exec', the name before its exec), chosen, not measured
-# to the edge. The cost: a student's tail shows each event this much later.
-HOLD_SECONDS = 0.2
+# --no-buffering pipe; CI once named a 'tvg' sample 'perf-exec', the name before its exec, and on a loaded run
+# 0.2 s let every sample of a short program go out unnamed, so a filter on its comm kept none), chosen, not
+# measured to the edge. The cost: a student's tail shows each event this much later.
+HOLD_SECONDS = 0.5
 
 
 class Sampler(Protocol):

@@ -19,7 +19,8 @@ import bisect
 import errno
 import os
 import struct
-from operator import itemgetter
+from itertools import accumulate, repeat
+from operator import and_, itemgetter, rshift
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.instance import Instance
@@ -34,6 +35,12 @@ TS_MSB = 0xF8 << 56  # the bits of the clock an absolute time stamp leaves out (
 PADDING, TIME_EXTEND, TIME_STAMP = 29, 30, 31
 _WORD = struct.Struct("<I")
 _first = itemgetter(0)
+# The kernel's text takes the lowest CPU's record of two at one nanosecond (__find_next_entry: ts < next_ts);
+# 3,000 calls on each of two CPUs here gave 6 such ties.
+_time_then_cpu = itemgetter(0, 1)
+# A record of type_len 1..28 as one unit: its header word and its data, for a page that is a run of them.
+_RECORDS = [struct.Struct(f"<I{4 * type_len}s") for type_len in range(29)]
+UNIFORM_RUN = 4  # records of one size that are split in C rather than one by one (below that the set-up costs more)
 
 
 def seconds(ns: int) -> float:
@@ -109,7 +116,7 @@ class RawPages:
         horizon = min(self._ahead.values(), default=None)
         self.drained = horizon is None
         if runs > 1:
-            pending.sort(key=_first)  # stable: one CPU's records keep their order; runs make it a merge
+            pending.sort(key=_time_then_cpu)  # stable: one CPU's records keep their order; runs make it a merge
         cut = len(pending) if horizon is None else bisect.bisect_right(pending, horizon, key=_first)
         ready, self._pending = pending[:cut], pending[cut:]
         if horizon is not None:  # a CPU whose records all went out reads on
@@ -138,6 +145,23 @@ class RawPages:
                 return ns
         return None
 
+    def _walk_uniform(self, page: bytes, cpu: int, at: int, end: int, ts: int) -> tuple[int, int]:
+        """Appends the records from ``at`` on that have the first one's size, split and stamped in C; returns where
+        they end and the time of the last. A flood's pages are runs of one event's records: in the 6.1 guest, on
+        one kprobe flood's pages, a record cost 5.6 us this way against 7.5 us walked one by one (the minimal
+        walk and decode of benchmarks/bench_stream.py: 12.3 us)."""
+        type_len = page[at] & 0x1F  # the header word is little-endian: type_len is its first byte's low bits
+        stride = 4 + 4 * type_len
+        count = (end - at) // stride if 0 < type_len <= 28 else 0
+        if count < UNIFORM_RUN or page[at + stride] & 0x1F != type_len:
+            return at, ts
+        headers, records = zip(*_RECORDS[type_len].iter_unpack(memoryview(page)[at:at + count * stride]))
+        kinds = bytes(map(and_, headers, repeat(0x1F)))
+        run = len(kinds) - len(kinds.lstrip(kinds[:1]))  # up to the first record of another size or kind
+        stamps = list(accumulate(map(rshift, headers[:run], repeat(5)), initial=ts))
+        self._pending.extend(zip(stamps[1:], repeat(cpu), records[:run]))
+        return at + run * stride, stamps[-1]
+
     def _walk(self, page: bytes, cpu: int) -> None:
         """Appends the page's records to the pending ones, and counts what the page says was lost."""
         ts, commit = self.layout.header.unpack_from(page)
@@ -151,9 +175,9 @@ class RawPages:
                 self.missed += struct.unpack_from("<Q", page, end)[0]
             else:
                 self.missed_uncounted += 1
+        at, ts = self._walk_uniform(page, cpu, start, end, ts)
         word = _WORD.unpack_from
         out = self._pending.append
-        at = start
         while at + 4 <= end:
             header = word(page, at)[0]
             type_len, delta = header & 0x1F, header >> 5

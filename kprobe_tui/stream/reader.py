@@ -19,15 +19,14 @@ to the store, and at most every ``interval`` seconds hands one ``StreamUpdate`` 
 - stream/perfreader.py's, the student's: perf_event_open rings, decoded by the same decoder.
 
 Measured with ``benchmarks/bench_stream.py`` (step 1: one 300k-event uprobe flood drained by each
-way in turn, on this shared 2-CPU VM, so in events per CPU-second, kernel time included; one
-run, load average ~15 from other work): ``cat trace_pipe`` 353k, the raw-page ceiling 16.7M, the
-raw-decode ceiling (a minimal Python walk and unpack of the pages) 622k, this reader on the text
-114k, on the binary pages 730k: 1.17x the raw-decode ceiling, 6.4x the text (wall: 133k against 23k
-events/s). Earlier runs of the same code path before its last two fixes gave 0.62-0.92x and 2-3.3x.
-With names looked up once a batch (``RawPagesSource._name``), one run at load ~5: ``cat`` 356k, raw-page
-17.9M, raw-decode 761k, text 183k, binary 735k: 0.97x the raw-decode ceiling, 4.0x the text (two more
-runs at load 9-10: 0.90x and 0.93x, 3.2x and 3.6x); the events screen's full-screen frames during the
-live flood (step 4) median 6.0 ms, p95 39.6 ms.
+way in turn, on this shared 2-CPU VM, so in events per CPU-second, kernel time included): ``cat
+trace_pipe`` 389k, the raw-page ceiling 12.7M, the raw-decode ceiling (a minimal Python walk and unpack of
+the pages) 757k, this reader on the text 195k, on the binary pages 904k: 1.20x the raw-decode ceiling, 4.6x
+the text; the events screen's full-screen frames during the live flood (step 4) median 1.3 ms, p95 5.4 ms.
+In the QEMU guests (``--kprobe --calls 100000``, a kprobe flood under TCG) the binary reader was 0.39x (6.1)
+and 0.50x (6.12) the raw-decode ceiling while it walked and decoded one record at a time; with a flood's
+runs split and made into events in C (``RawPages._walk_uniform``, ``RawPagesSource._decode``) it is 1.00-1.12x
+(6.1) and 1.15-1.20x (6.12), and 2.5-3.9x the text reader.
 """
 
 from __future__ import annotations
@@ -40,7 +39,8 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from operator import itemgetter
+from itertools import groupby, islice, repeat
+from operator import add, floordiv, getitem, itemgetter, ne, truediv
 from typing import NamedTuple, Protocol
 
 from kprobe_tui.errors import UserError
@@ -181,6 +181,9 @@ _EVENT_CPU = itemgetter(Event._fields.index("cpu"))
 # Options that make the kernel print other lines than ``comm-pid [cpu] flags time: event: body`` (print_trace_line).
 TEXT_ONLY_OPTIONS = ("latency-format", "raw", "hex", "bin")
 KNOWN_HEADERS = 4096  # record headers remembered (a flood of many processes' events is not remembered whole)
+RUN_SPLIT = 4  # records of one header are made into events together when their runs average this many or more
+_NS, _CPU, _RECORD = itemgetter(0), itemgetter(1), itemgetter(2)  # of a (ns, cpu, record) of stream/rawpages.py
+_HEADER_BYTES = slice(0, HEADER.size)
 # The clocks whose stamps are nanoseconds, which the text prints as seconds.microseconds (the others print counts).
 NANOSECOND_CLOCKS = frozenset({"local", "global", "mono", "mono_raw", "boot", "tai", "perf"})
 
@@ -256,10 +259,39 @@ class RawPagesSource:
 
 
     def _decode(self, records: list[tuple[int, int, bytes]], events: list[Event]) -> None:
-        """Appends the events of ``records`` to ``events``; a stack goes to its event there."""
+        """Appends the events of ``records`` to ``events``; a stack goes to its event there.
+
+        A flood's records come in runs of one header (one event of one process): those of a header already
+        decoded are made into events in C, the others one by one (``_decode_each``). In the 6.1 guest, on one
+        kprobe flood's records, an event cost 10.1 us this way against 13.6 us one by one."""
         self._names = {0: ("<idle>", self._tgids.get(0))}  # a pid's name changes (exec) and pids are reused
         self._known.clear()
         self._saved = b""
+        headers: list[bytes] = list(map(getitem, map(_RECORD, records), repeat(_HEADER_BYTES)))
+        runs = 1 + sum(map(ne, headers, islice(headers, 1, None)))
+        if runs * RUN_SPLIT > len(records):  # short runs: their set-up would cost more than it saves
+            self._decode_each(records, events)
+            return
+        known, at = self._known, 0
+        for header, same in groupby(headers):
+            length = len(list(same))
+            run, at = records[at:at + length], at + length
+            seen = known.get(header)
+            if seen is None:  # its first record makes the event, and its header known
+                self._decode_each(run[:1], events)
+                run = run[1:]
+                seen = known.get(header)
+            if seen is None or not run or min(map(len, map(_RECORD, run))) < seen[2]:
+                self._decode_each(run, events)
+                continue
+            event_type, (pid, tgid, comm, flags, name), _ = seen
+            stamps = map(truediv, map(floordiv, map(add, map(_NS, run), repeat(500)), repeat(1000)), repeat(1_000_000))
+            events.extend(map(tuple.__new__, repeat(event_type), zip(
+                stamps, map(_CPU, run), repeat(pid), repeat(tgid), repeat(comm), repeat(flags), repeat(name),
+                map(_RECORD, run), repeat(None))))
+
+    def _decode_each(self, records: list[tuple[int, int, bytes]], events: list[Event]) -> None:
+        """``_decode`` one record at a time: what a record's header names (decoder, comm) is looked up and kept."""
         decoders, names, known = self.decoders, self._names, self._known
         header = HEADER.unpack_from
         stack_id = self._stack.id if self._stack is not None else -1

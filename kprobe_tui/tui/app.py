@@ -7,6 +7,7 @@ import gc
 import os
 import shlex
 import sys
+import termios
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,7 +19,7 @@ from textual.theme import Theme
 
 from kprobe_tui import blocking, config
 from kprobe_tui.errors import UserError
-from kprobe_tui.kernel import access, lifetime
+from kprobe_tui.kernel import access, lifetime, sources
 from kprobe_tui.kernel.catalog import Catalog, source_function
 from kprobe_tui.kernel.sources import KernelSources
 from kprobe_tui.probes.binary import BinaryCatalog
@@ -261,8 +262,6 @@ class KprobeTui(App):
 
 
 def run_app(args) -> int:
-    from kprobe_tui.kernel import sources
-
     binary = BinaryCatalog(args.binary) if getattr(args, "binary", None) else None
     theme, notes = config.choose_theme(args.theme)
     if args.theme is not None:
@@ -296,8 +295,6 @@ def restore_terminal(app: App) -> None:
     """Leave the terminal usable from a signal handler, where Textual's own exit cannot run: one write
     straight to the terminal (not through Textual's writer thread, whose queue may be full of a frame
     nobody will flush) and the terminal's saved line settings back (echo, line editing)."""
-    import termios
-
     driver = app._driver  # noqa: SLF001  (Textual keeps it private; only it knows the saved settings)
     saved = getattr(driver, "attrs_before", None)
     terminal_out, terminal_in = sys.__stderr__, sys.__stdin__

@@ -115,10 +115,13 @@ def _assert_same(name: str, mine: dict, theirs: dict) -> None:
         # vCPUs in turns on one thread (a 33 ms sleep came out 1.7 ms apart; a 2 ms one 7 ms in one
         # engine and 8 in the other; a 140 ms one 149 ms in one and 172 in the other, 16 %). Counts
         # agree exactly; each call's time within 25 %, and so its bucket, or the next one when it sits
-        # on a boundary (each engine's sleeps are also checked against the known sleep above).
+        # on a boundary (each engine's sleeps are also checked against the known sleep above); a short call
+        # within 20 us (the recursion's two innermost calls of 4-8 us summed 15 us in one engine and 10 in the
+        # other in the 6.1 guest, 11 and 25 in the 6.12 guest: 7 us a call apart), a sum by that a call.
         for field in ("sum", "min", "max", "avg"):
             a, b = mine.pop(field), theirs.pop(field)
-            assert abs(a - b) <= max(3, 0.25 * abs(a)), (name, field, a, b)
+            slack = 20 * (mine["count"] if field == "sum" else 1)
+            assert abs(a - b) <= max(slack, 0.25 * abs(a)), (name, field, a, b)
         assert _adjacent(mine.pop("buckets"), theirs.pop("buckets")), name
         for record in (mine, theirs):
             for entry in record.get("entries", []):

@@ -25,7 +25,7 @@ WORKLOAD = ["dd", "if=/dev/zero", "of=/dev/null", "bs=1", f"count={READS}"]
 # Interrupts land inside any call at random: their entry and exit work shows even with funcgraph-irqs off.
 INTERRUPT_WORK = ("irq_enter_rcu", "irq_exit_rcu", "idle_cpu", "__sysvec_apic_timer_interrupt", "handle_softirqs",
                   "__do_softirq")
-SETTINGS = ("current_tracer", "set_graph_function", "max_graph_depth", "set_ftrace_pid", "options/funcgraph-proc",
+SETTINGS = ("current_tracer", "set_graph_function", "set_graph_notrace", "max_graph_depth", "set_ftrace_pid", "options/funcgraph-proc",
             "options/funcgraph-tail", "options/funcgraph-irqs", "tracing_on")
 
 
@@ -77,6 +77,10 @@ def test_graph_gives_perf_ftraces_call_paths_and_gives_the_tracer_back(tracefs):
     parsed = [re.fullmatch(r"\s*(\d+) +\S+ +\S+  ( *)(\S+)", row) for row in rows]
     top = [int(row[1]) for row in parsed if row and not row[2]]  # the rows of the calls themselves, not callees
     assert header.startswith(f"# vfs_read: {sum(top)} calls on 1 thread (dd-") and "    rw_verify_area" in printed.stdout
+    bounded = kprobe_tui("graph", "vfs_read", "--depth", "1", "--max-calls", "3", "--", *WORKLOAD)
+    assert bounded.returncode == 0, bounded.stderr
+    assert bounded.stdout.splitlines()[0].endswith(
+        "; stopped --max-calls 3 reached; more calls came: a larger --max-calls (or -d SECONDS) shows them")
 
 
 @pytest.fixture

@@ -29,6 +29,8 @@ def test_the_runner_counts_vfs_read_by_kernel_stack_with_a_hist_trigger(tracefs,
     try:
         runner.ask(1, StatsRequest(("vfs_read",), key="stack", engine="hist"))
         kind, _, details = news.get(timeout=300)
+        assert kind == "estimated" and details[0].engine == "kernel", details  # its cost is said before it starts
+        kind, _, details = news.get(timeout=300)
         assert kind == "started", details
         assert (details[0].engine, details[0].method) == ("kernel", "hist"), details
         subprocess.run([str(workload)], check=True)

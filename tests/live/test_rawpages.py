@@ -170,13 +170,13 @@ EVERY_RETURN = ["hit%return", "ret=$retval:s64", "rx=$retval:x32", "ru=$retval:u
 
 
 def recorded_then_read(top: Tracefs, binary: Path, calls: int, buffer_kb: int | None = None, stacktrace: bool = False,
-                       options: dict[str, bool] | None = None):
+                       options: dict[str, bool] | None = None, specs=(EVERY_TYPE, EVERY_RETURN)):
     """Records the program on two CPUs at once with nobody reading, stops recording, takes the text the instance's
     ``trace`` prints and the lost count the text reader would give (stats), then drains the same buffer with the
     binary reader. Returns (text events, binary events, text lost, binary lost, the reader's updates)."""
     events = Events(top)
     probes = [compile_spec(parse_spec(words, binary=str(binary)), lifetime.run_name())[0]
-              for words in (EVERY_TYPE, EVERY_RETURN)]
+              for words in specs]
     instance = Instance(top)
     instance.create(buffer_kb, {"record-tgid": True, "stacktrace": stacktrace, **(options or {})})  # as a tail makes it
     created = []
@@ -240,6 +240,13 @@ def test_the_binary_reader_gives_the_events_the_text_reader_gives(top, boxlab):
     assert any('s="café \\xff"' in body for body in bodies)
     assert "ret=192 rx=0xc0 ru=192" in bodies  # call 0: -3 + 'a' + 0 + 0 + 'b'
     assert "ret=1095 rx=0x447 ru=1095" in bodies  # call 1: 997 + 'b' + 1 - 1 + '\0'
+
+
+def test_a_flood_of_one_probe_whose_runs_are_made_into_events_together_gives_the_texts_events(top, boxlab):
+    """One probe's records come in runs of one header, made into events in C (``RawPagesSource._decode``)."""
+    printed, decoded, _, lost, _ = recorded_then_read(top, boxlab, 3000, specs=(EVERY_TYPE,))
+    assert len(printed) == 3000 * min(2, len(os.sched_getaffinity(0))) and lost == 0
+    assert as_printed(decoded) == printed
 
 
 def test_a_flood_that_overflows_the_buffer_loses_as_many_events_in_both_readers(top, boxlab):

@@ -1,10 +1,14 @@
 """``count -x PROG FUNC --by stack`` on this machine's uprobes: the program's own stacks, named from its symbol
 table, from a program built with frame pointers; from one built without, the function and its caller and a
-plain word about why. This kernel has no hist triggers: the user-space engine counts the stacks the kernel prints
-(userstacktrace); tests/kernel/test_stacks_guest.py checks kernel stacks against bpftrace."""
+plain word about why; from one built with -g, each frame's ``file:line`` too, as perf and addr2line give it.
+This kernel has no hist triggers: the user-space engine counts the stacks the kernel prints (userstacktrace);
+tests/kernel/test_stacks_guest.py checks kernel stacks against bpftrace."""
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 import signal
 import subprocess
 from collections import Counter
@@ -33,6 +37,33 @@ int main(void) {
     return total == 0;
 }
 """
+
+
+# A return address whose own line (the statement after the call) is not its call's: via_a's, into leaf's frame.
+LINES_SOURCE = r"""
+#include <unistd.h>
+volatile int sink;
+__attribute__((noinline)) int deep(int x) { return x + 1; }
+__attribute__((noinline)) int leaf(int x) {
+    int d = deep(x);
+    sink = d;
+    return d + 1;
+}
+__attribute__((noinline)) int via_a(int x) {
+    int r = leaf(x);
+    sink = r;
+    return r * 2;
+}
+int main(void) {
+    int first = via_a(1);
+    sink = first;
+    int second = via_a(2);
+    sink = second;
+    usleep(500000);
+    return first + second == 0;
+}
+"""
+_FRAME = re.compile(r"(?P<function>\w+)\+(?P<offset>0x[0-9a-f]+) \[(?P<program>[^]]+)\](?: (?P<line>\S+:\d+))?")
 
 
 def build(directory: Path, name: str, *flags: str) -> Path:
@@ -92,3 +123,68 @@ def test_a_flood_the_reader_cannot_keep_up_with_is_counted_or_said_lost_to_the_h
     subprocess.run([str(program), "flood", str(FLOOD)], check=True, stdout=subprocess.DEVNULL)
     record = run.final()
     assert sum(entry["count"] for entry in record["stacks"]) + record["lost"] == FLOOD
+
+
+def addr2line(program: Path, address: int) -> str:
+    """binutils' ``file:line`` of an address, the file's base name as perf prints it."""
+    out = subprocess.run(["addr2line", "-e", str(program), f"{address:#x}"], capture_output=True, text=True, check=True)
+    file, _, line = out.stdout.strip().split(" (discriminator", 1)[0].rpartition(":")
+    return f"{os.path.basename(file)}:{line}"
+
+
+def perf_srclines(program: Path, function: str, directory: Path) -> list[list[tuple[int, str, str]]]:
+    """(ip, symbol, srcline) of each frame of each hit of a uprobe on ``function``, as ``perf script`` gives them."""
+    group = f"probe_{program.name}"
+    subprocess.run(["perf", "probe", "-q", "-x", str(program), function], check=True)
+    try:
+        data = directory / "perf.data"
+        subprocess.run(["perf", "record", "-q", "-e", f"{group}:{function}", "-g", "-o", str(data), str(program)],
+                       check=True, stdout=subprocess.DEVNULL)
+        script = subprocess.run(["perf", "script", "-i", str(data), "-F", "ip,sym,srcline"], capture_output=True,
+                                text=True, check=True).stdout
+    finally:
+        subprocess.run(["perf", "probe", "-q", "-d", f"{group}:*"], check=True)
+    hits = []
+    for block in script.strip().split("\n\n"):
+        lines = block.strip("\n").splitlines()
+        hits.append([(int(ip, 16), symbol, srcline.strip()) for (ip, symbol), srcline
+                     in zip((line.split() for line in lines[0::2]), lines[1::2])])
+    return hits
+
+
+@pytest.mark.skipif(shutil.which("perf") is None, reason="perf is the oracle")
+def test_frames_of_a_program_built_with_g_name_their_lines_as_perf_and_addr2line_do(tmp_path, tracefs_root):
+    """The probed function's line is perf's; a return address's is its call's (addr2line of the address less
+    one), where perf 6.1 prints the return address's own line: both are checked, and here they differ."""
+    program = tmp_path / "kpt_stacks_g"
+    (tmp_path / "lines.c").write_text(LINES_SOURCE)
+    subprocess.run(["gcc", "-O1", "-g", "-fno-omit-frame-pointer", "-o", str(program), str(tmp_path / "lines.c")],
+                   check=True)
+    run = Aggregation("count", "-x", str(program), "deep", "--by", "stack")
+    run.ready()
+    subprocess.run([str(program)], check=True)
+    stacks = run.final()["stacks"]
+    assert sum(entry["count"] for entry in stacks) == 2
+    symbols = {fields[2]: int(fields[0], 16) for fields in map(str.split, subprocess.run(
+        ["nm", str(program)], capture_output=True, text=True, check=True).stdout.splitlines()) if len(fields) == 3}
+    ours: dict[int, str] = {}  # each frame of the program's: its address -> the line we name
+    for entry in stacks:
+        frames = [_FRAME.match(frame) for frame in reversed(entry["stack"])]  # innermost first
+        assert [frame["function"] for frame in frames if frame and frame["program"] == program.name] == [
+            "deep", "leaf", "via_a", "main"], entry["stack"]
+        for index, frame in enumerate(frames):
+            if frame and frame["program"] == program.name:
+                address = symbols[frame["function"]] + int(frame["offset"], 16)
+                assert frame["line"] == addr2line(program, address - (index > 0)), (entry["stack"], index)
+                ours[address] = frame["line"]
+    perf_hits = perf_srclines(program, "deep", tmp_path)
+    assert len(perf_hits) == 2
+    differ = 0
+    for hit in perf_hits:
+        (ip, symbol, srcline), *callers = hit
+        assert symbol == "deep" and ours[ip] == srcline
+        for ip, symbol, srcline in callers:
+            if symbol in symbols:
+                assert srcline == addr2line(program, ip) and ours[ip] == addr2line(program, ip - 1)
+                differ += srcline != ours[ip]
+    assert differ == 2  # via_a's return address (lines.c:12 to perf, the call at lines.c:11 here), once a hit

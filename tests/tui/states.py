@@ -21,7 +21,7 @@ from pathlib import Path
 from unittest import mock
 
 from textual.pilot import Pilot
-from textual.widgets import Input
+from textual.widgets import Input, Tree
 
 from kprobe_tui.debuginfo.debuginfod import Progress
 from kprobe_tui.debuginfo.locate import KERNEL_PACKAGE_HINT, ElfSections
@@ -356,6 +356,16 @@ def _replayed_stats(kind: str):
                   (512, 1024, 8), (1024, 2048, 2), (2048, 4096, 3)]
         result = Result("latency", "kernel", 0.0, 30.0, (), "usecs", (), Stats(282, 35485, 14, 2789),
                         tuple(Bucket(*bucket) for bucket in counts), unit="us")
+    elif kind == "hist-stack":
+        request = StatsRequest(("vfs_read", "n=count"), fields=("n",), value="n", key="stack")
+        syscall = ("entry_SYSCALL_64_after_hwframe+0x6e", "do_syscall_64+0x5d")
+        paths = [((*syscall, "__x64_sys_pread64+0x94", "vfs_read+0x5"), (16, 32, 7), 16),  # README's Answers
+                 ((*syscall, "ksys_read+0xb7", "vfs_read+0x5"), (1, 2, 5), 1),
+                 ((*syscall, "ksys_read+0x6b", "vfs_read+0x5"), (4, 8, 3), 4)]
+        result = Result("hist", "kernel", 0.0, 30.0, ("stack",), "n",
+                        tuple(Entry((stack,), Stats(hits, hits * value, value, value), (Bucket(*bucket),))
+                              for stack, bucket, value in paths for hits in [bucket[2]]),
+                        Stats(15, 129, 1, 16), tuple(Bucket(*bucket) for _, bucket, _ in sorted(paths, key=lambda p: p[1])))
     elif kind == "stack":
         request = StatsRequest(("kmem_cache_alloc",), key="stack")
         stacks = sorted(guest_stacks().items(), key=lambda item: item[1], reverse=True)
@@ -386,6 +396,13 @@ async def to_stats_stack(pilot: Pilot) -> None:
     await settled(pilot)
 
 
+async def to_stats_hist_stack(pilot: Pilot) -> None:
+    """The statistics view's histogram of what vfs_read is asked for, per kernel stack (the 6.1 guest's answer
+    to ``hist vfs_read count --by stack``): a histogram a call path, innermost frames first."""
+    await pilot.app.push_screen(_replayed_stats("hist-stack"))
+    await settled(pilot)
+
+
 async def to_stats_count(pilot: Pilot) -> None:
     """The statistics view counting vfs_read's calls per comm, most first, as many as fit."""
     await pilot.app.push_screen(_replayed_stats("count"))
@@ -399,6 +416,36 @@ def guest_graph():
     reader = GraphReader()
     calls = reader.feed((Path(__file__).parents[1] / "fixtures" / "graph" / "vfs_read-6.1.txt").read_text().splitlines())
     return GraphAnswer(calls, "deadline", reader.orphans, reader.open_calls, reader.lost)
+
+
+def guest_graph_errors():
+    """do_sys_openat2's calls with their return values, as the 6.12 guest printed them with ``graph --retval``'s
+    return probes (tests/fixtures/graph): four failing opens of a missing file and one that succeeds."""
+    import json
+
+    from kprobe_tui.stream.callgraph import GraphAnswer, GraphReader, ReturnsReport
+
+    lines = (Path(__file__).parents[1] / "fixtures" / "graph" / "do_sys_openat2-retval-6.12.txt").read_text().splitlines()
+    probes = json.loads(next(line[3:] for line in lines if line.startswith("#R ")))
+    reader = GraphReader(returns=probes["functions"])
+    calls = reader.feed(lines) + reader.flush()
+    report = ReturnsReport(list(probes["functions"].values()), probes["void"], probes["refused"], 0)
+    return GraphAnswer(calls, "done", reader.orphans, reader.open_calls, reader.lost, report)
+
+
+async def to_graph_errors(pilot: Pilot) -> None:
+    """The call graph of do_sys_openat2 with return values (e), replayed from the 6.12 guest's trace: where each
+    failing open's -ENOENT came from."""
+    from kprobe_tui.tui.screens.calltree import CallGraphScreen
+
+    await pilot.app.push_screen(CallGraphScreen("do_sys_openat2", None, guest_graph_errors()))
+    await settled(pilot)
+    tree = pilot.app.screen.query_one(Tree)
+    [opens] = [node for node in tree.root.children[0].children if node.data == "do_filp_open"]
+    opens.expand()  # path_openat under it: where the errors came from
+    await settled(pilot)
+    tree.move_cursor(opens.children[0])
+    await settled(pilot)
 
 
 async def to_graph(pilot: Pilot) -> None:
@@ -456,7 +503,9 @@ STATES = [
     State("stats", kernel_app, to_stats),
     State("stats-count", kernel_app, to_stats_count),
     State("stats-stack", kernel_app, to_stats_stack),
+    State("stats-hist-stack", kernel_app, to_stats_hist_stack),
     State("graph", kernel_app, to_graph),
+    State("graph-errors", kernel_app, to_graph_errors),
     State("flame", kernel_app, to_flame),
     State("flame-search", kernel_app, to_flame_search),
     *(State(f"theme-{theme}", lambda theme=theme: kernel_app(theme), to_functions, sizes=((80, 24),))

@@ -15,7 +15,7 @@ from kprobe_tui.tui.navigation import OpenSource
 from kprobe_tui.tui.screens.calltree import CallGraphScreen
 from kprobe_tui.tui.screens.functions import FunctionsScreen
 from kprobe_tui.tui.widgets.function_list import FunctionList
-from tests.tui.states import catalog_loaded, guest_graph, kernel_app, to_functions, until
+from tests.tui.states import catalog_loaded, guest_graph, guest_graph_errors, kernel_app, to_functions, until
 
 
 class Host(App):
@@ -31,6 +31,14 @@ class Host(App):
 
     def on_open_source(self, message: OpenSource) -> None:
         self.asked.append(message.function)
+
+
+async def outermost(pilot, app: Host):
+    """The tree's one top row (the graphed function), once the tree is filled."""
+    tree = app.graph_screen.query_one("#call-tree", Tree)
+    await until(pilot, lambda: tree.root.children, "the tree is filled")
+    [root] = tree.root.children
+    return root
 
 
 def status(app: Host) -> str:
@@ -52,10 +60,8 @@ async def test_the_guests_calls_are_one_row_per_path_and_enter_opens_the_source(
     answer = guest_graph()
     app = Host(CallGraphScreen("vfs_read", None, answer))
     async with app.run_test(size=(80, 24)) as pilot:
-        tree = app.graph_screen.query_one("#call-tree", Tree)
-        await until(pilot, lambda: tree.root.children, "the tree is filled")
+        root = await outermost(pilot, app)
         paths = summarize(answer.calls)
-        [root] = tree.root.children
         assert root.data == "vfs_read" and root.is_expanded
         assert [child.data for child in root.children] == [p.path[-1] for p in paths if len(p.path) == 2]
         assert not any(child.is_expanded for child in root.children)  # two levels open: the rest on demand
@@ -90,3 +96,18 @@ async def test_g_in_the_live_browser_opens_the_call_tree_which_says_why_it_canno
         await until(pilot, lambda: isinstance(app.screen, CallGraphScreen), "the call tree opens")
         await until(pilot, lambda: "no function_graph tracer" in str(app.screen.query_one("#graph-status", Static).render()),
                     "the refusal is shown")
+
+
+async def test_return_values_show_each_paths_errors_and_where_the_failing_calls_first_error_came_from():
+    """The 6.12 guest's graph --retval of four failing opens and one that succeeds, replayed."""
+    answer = guest_graph_errors()
+    app = Host(CallGraphScreen("do_sys_openat2", None, answer))
+    async with app.run_test(size=(80, 24)) as pilot:
+        root = await outermost(pilot, app)
+        assert str(root.label).split()[0] == "5" and str(root.label).endswith("= -2 ENOENT x4")
+        [opens] = [node for node in root.children if node.data == "do_filp_open"]
+        [path_openat] = opens.children
+        assert str(path_openat.label).endswith("path_openat  = -2 ENOENT x4 <- first x4")
+        assert "return values of 9 functions" in status(app)
+        getname = next(node for node in root.children if node.data == "getname")
+        assert "=" not in str(getname.label)  # a pointer: no error

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from collections import deque
 from pathlib import Path
 
 import psutil
@@ -188,6 +189,22 @@ async def test_replay_filter_and_one_column_per_argument():
         assert header.split()[:9] == ["TIME", "CPU", "COMM", "PID", "EVENT", "N", "NX", "S", "C"]
         await pilot.press("home")
         assert table.render_line(1).text.split()[:7] == ["+0.000009", "1", "a-b", "c", "8189", "ev", "100"]
+
+
+
+async def test_a_rate_shown_again_before_its_row_is_mounted_updates_it():
+    """Two rate updates in one turn of the loop (a slow guest's reader sent them): the second finds the
+    row it mounted a moment ago and updates it, where a query for the row's label found nothing."""
+    app = replay_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = app.screen
+        screen.rates["ev"] = deque([0.0, 3.0], maxlen=2)
+        screen._show_rates()
+        screen.rates["ev"].append(7.0)
+        screen._show_rates()
+        await pilot.pause()
+        assert "ev 7/s" in str(screen.query_one(".rate-label").render())
+        assert screen.query_one(Sparkline).data == [3.0, 7.0]
 
 
 

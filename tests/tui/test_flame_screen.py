@@ -190,7 +190,7 @@ async def test_f_in_the_statistics_view_keyed_by_stack_opens_the_flame_graph():
                 assert message.stacks == stacks and "kmem_cache_alloc" in message.title
             else:
                 assert app.asked == []
-                assert any("count by stack" in notice.message for notice in app._notifications)
+                assert any("key by stack" in notice.message for notice in app._notifications)
 
 
 async def test_the_app_opens_the_flame_graph_it_is_asked_for():

@@ -32,7 +32,7 @@ def test_choices_cycle_and_a_key_latency_cannot_have_falls_back_to_none():
     keyed = StatsRequest(request.spec, fields=request.fields, function="tcp_sendmsg", key="size")
     latency = keyed.cycled("value").cycled("value")
     assert (latency.value, latency.key) == ("latency", None)
-    assert latency.keys_offered() == [None, "comm", "pid"]
+    assert latency.keys_offered() == [None, "comm", "pid", "stack"]  # the entry's stack, not a captured field
 
 
 def test_the_histogram_word_is_the_probe_own_capture():

@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import subprocess
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
+from kprobe_tui.kernel import lifetime
 from kprobe_tui.kernel.sources import locate
 from kprobe_tui.probes.binary import BinaryCatalog
-from kprobe_tui.stream.stacks import frame_symbol
+from kprobe_tui.stream.stacks import MAX_STACKS_ENV, frame_symbol
 from kprobe_tui.tui.app import KprobeTui
 from kprobe_tui.tui.screens.flame import FlameScreen
 from kprobe_tui.tui.screens.stats import StatsRequest, StatsScreen
 from tests.aggregate_cli import Aggregation
+from tests.live.test_aggregate import leftovers
 from tests.live.test_stacks_live import VIA_A, VIA_B, build
 from tests.tui.states import until
 from tests.tui.test_stats import answered, clean, closed, counts, drawn, running  # noqa: F401 (clean: a fixture)
@@ -73,6 +76,68 @@ async def test_k_to_the_stack_counts_what_the_cli_counts_and_f_draws_them(progra
             cli.finish()
 
 
+async def test_a_histogram_by_stack_gives_each_call_path_the_values_the_cli_gives_it(program, clean):  # noqa: F811
+    """``v`` to a captured value keeps the stack key: one histogram a call path, as ``hist --by stack``."""
+    cli = Aggregation("hist", "-x", str(program), "leaf", "x=%di:s32", "--by", "stack")
+    app = KprobeTui(locate(), BinaryCatalog(str(program)))
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            request = StatsRequest(("leaf", "x=%di:s32"), str(program), fields=("x",), function="leaf", key="stack")
+            app.push_screen(StatsScreen(request, app.sources))
+            screen = await running(pilot)
+            await pilot.press("v")  # count -> x
+            assert screen.request.key == "stack" and screen.request.value == "x"
+            screen = await running(pilot)
+            assert "x at leaf · by stack" in str(screen.query_one("#title").render())
+            cli.ready()
+            subprocess.run([str(program)], check=True)
+            await answered(pilot, screen, VIA_A + VIA_B)
+            record = cli.final()
+            shown = {entry.key[0]: {(b.low, b.high): b.count for b in entry.buckets or () if b.count}
+                     for entry in screen.sample.total.entries}
+            assert shown == {tuple(entry["key"]["stack"]): {(b["low"], b["high"]): b["count"] for b in entry["buckets"]
+                                                            if b["count"]} for entry in record["entries"]}
+            rows = drawn(screen).splitlines()
+            assert rows[0].startswith("@x[← via_a+") and f"count {VIA_A}" in rows[0]  # the most hits first
+            assert [row.split()[0] for row in rows[1:5]] == ["[0]", "[1]", "[2,", "[4,"]
+            await closed(pilot, screen)
+    finally:
+        if cli.proc.poll() is None:
+            cli.finish()
+
+
+async def test_a_latency_by_stack_times_each_call_path_as_the_cli_does(program, clean):  # noqa: F811
+    """``v`` to latency keeps the stack key: one latency histogram a call path, as ``latency --by stack``."""
+    cli = Aggregation("latency", "-x", str(program), "leaf", "--by", "stack")
+    app = KprobeTui(locate(), BinaryCatalog(str(program)))
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            request = StatsRequest(("leaf",), str(program), function="leaf", key="stack")
+            app.push_screen(StatsScreen(request, app.sources))
+            screen = await running(pilot)
+            await pilot.press("v")  # count -> latency
+            assert screen.request.key == "stack" and screen.request.value == "latency"
+            screen = await running(pilot)
+            assert "latency of leaf · by stack" in str(screen.query_one("#title").render())
+            assert screen.choice.engine == "user" and "userstacktrace" in screen.choice.reason
+            cli.ready()
+            subprocess.run([str(program)], check=True)
+            await answered(pilot, screen, VIA_A + VIA_B)
+            record = cli.final()
+            shown = {entry.key[0]: entry.count for entry in screen.sample.total.entries}
+            assert shown == {tuple(entry["key"]["stack"]): entry["count"] for entry in record["entries"]}
+            callers: Counter = Counter()
+            for stack, hits in shown.items():
+                callers[tuple(map(frame_symbol, stack[-3:]))] += hits
+            assert callers == {("main", "via_a", "leaf"): VIA_A, ("main", "via_b", "leaf"): VIA_B}
+            rows = drawn(screen).splitlines()
+            assert rows[0].startswith("@usecs[← via_a+") and f"count {VIA_A}" in rows[0]  # the most calls first
+            await closed(pilot, screen)
+    finally:
+        if cli.proc.poll() is None:
+            cli.finish()
+
+
 async def test_a_program_without_frame_pointers_is_said_once(tmp_path, clean):  # noqa: F811
     """Its user stacks are the function and its caller: the view says why, once a run, as the CLI does."""
     program = build(tmp_path, "kpt_stats_nofp", "-fomit-frame-pointer")
@@ -88,14 +153,36 @@ async def test_a_program_without_frame_pointers_is_said_once(tmp_path, clean):  
         await closed(pilot, screen)
 
 
-def test_the_stack_key_is_offered_for_a_count_only():
+async def test_a_view_that_reaches_its_cap_of_distinct_stacks_stops_and_says_how_to_raise_it(program, clean,  # noqa: F811
+                                                                                           monkeypatch):
+    """As the CLI: with a cap of two, the third call path stops the run (its probes go at once, the view
+    keeps what it counted) and a notice says which cap and how to raise it."""
+    monkeypatch.setenv(MAX_STACKS_ENV, "2")
+    app = KprobeTui(locate(), BinaryCatalog(str(program)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.push_screen(StatsScreen(StatsRequest(("leaf",), str(program), key="stack"), app.sources))
+        screen = await running(pilot)
+        subprocess.run([str(program)], check=True)
+        await until(pilot, lambda: any(note.title == "Stopped" for note in app._notifications), "the run stops")
+        [note] = [note for note in app._notifications if note.title == "Stopped"]
+        assert note.message.startswith("stopped: 2 distinct stacks, the most a run keeps") and MAX_STACKS_ENV in note.message
+        assert screen.runner.run is None and len(screen.sample.total.entries) == 2
+        assert leftovers(Path("/sys/kernel/tracing"), lifetime.run_name()) == []  # gone while the view is open
+        await closed(pilot, screen)
+
+
+def test_the_stack_key_is_offered_for_a_count_a_histogram_and_a_latency():
     request = StatsRequest(("work", "len=%di:s64"), fields=("len",), function="work")
     assert request.keys_offered()[-1] == "stack"
     assert request.command()[-2:] != ["--by", "stack"]
     keyed = StatsRequest(("work", "len=%di:s64"), "/opt/prog", fields=("len",), function="work", key="stack")
     assert keyed.command() == ["kprobe-tui", "count", "-x", "/opt/prog", "work len=%di:s64", "--by", "stack"]
-    assert keyed.cycled("value").key is None  # a histogram of len is not keyed by stack
-    assert "stack" not in keyed.cycled("value").keys_offered()
+    histogram = keyed.cycled("value")
+    assert histogram.key == "stack"  # a histogram of len keeps the stack key
+    assert histogram.command() == ["kprobe-tui", "hist", "-x", "/opt/prog", "work", "len=%di:s64", "--by", "stack"]
+    latency = histogram.cycled("value")
+    assert latency.value == "latency" and latency.key == "stack"  # timed by the entry's stack
+    assert latency.command() == ["kprobe-tui", "latency", "-x", "/opt/prog", "work", "--by", "stack"]
 
 
 @pytest.mark.parametrize(("stacks", "rows"), [

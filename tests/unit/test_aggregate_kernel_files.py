@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from kprobe_tui.aggregate.histfile import HistKey, as_signed, parse_hist
-from kprobe_tui.aggregate.kernel_engine import _number
+from kprobe_tui.aggregate.kernel_engine import field_number
 from kprobe_tui.aggregate.model import Aggregation, Field
 from kprobe_tui.aggregate.offer import KernelOffer, choose, detect
 from kprobe_tui.aggregate.triggers import latency_triggers, table_trigger
@@ -41,9 +41,9 @@ def test_every_table_of_the_work_probe(kernel):
     assert {(e.key[0][0], e.key[1]): e.hitcount for e in by_pid_port.entries} == {("kpt-alpha", 0x3500): 50,
                                                                                  ("kpt-alpha", 0x5000): 50}
     layout = field_layout(fixture(kernel, "work.format"))
-    lens = {(comm, _number(value, layout["len"])): e.hitcount for e in by_comm_len.entries for comm, value in [e.key]}
+    lens = {(comm, field_number(value, layout["len"])): e.hitcount for e in by_comm_len.entries for comm, value in [e.key]}
     assert lens == {(comm, value): 5 for comm in ("kpt-alpha", "kpt beta-2") for value in range(-200, 800, 100)}
-    slens = {_number(e.key[0], layout["slen"]): e.hitcount for e in by_slen.entries}
+    slens = {field_number(e.key[0], layout["slen"]): e.hitcount for e in by_slen.entries}
     assert slens == {value: 10 for value in range(-200, 800, 100)}  # an s32, printed sign-extended to 64 bits
 
 
@@ -90,9 +90,9 @@ def test_latency_per_comm_in_microseconds(kernel):
 
 def test_signed_numbers_as_the_field_has_them():
     assert as_signed(18446744073709551416) == -200 and as_signed(200) == 200
-    assert _number(18446744073709551416, (4, True)) == -200  # sign-extended s32
-    assert _number(4294967096, (4, True)) == -200  # or not
-    assert _number(18446744073709551416, (8, False)) == 18446744073709551416
+    assert field_number(18446744073709551416, (4, True)) == -200  # sign-extended s32
+    assert field_number(4294967096, (4, True)) == -200  # or not
+    assert field_number(18446744073709551416, (8, False)) == 18446744073709551416
 
 
 def test_parser_keeps_going_past_lines_that_fit_nothing():
@@ -108,7 +108,7 @@ def test_the_offer_is_read_from_readme(kernel, tmp_path):
     (tmp_path / "kprobe_profile").write_text("")
     offer = detect(Tracefs(tmp_path, writable=False))
     assert offer == KernelOffer(hist_triggers=True, synthetic_events=True, hist_constants=True, kprobe_profile=True,
-                                uprobe_profile=False)
+                                uprobe_profile=False, synthetic_stacks=kernel == "6.12")  # a stack field: 6.4+
 
 
 def test_engine_choice_says_why():
@@ -129,3 +129,15 @@ def test_engine_choice_says_why():
         choose("kernel", latency, KernelOffer(True, False, True, True, True), profile_only=False, uprobes=False,
                filter_refusal=None)
     assert choose("user", count, full, profile_only=True, uprobes=False, filter_refusal=None).engine == "user"
+
+
+def test_a_latency_by_stack_is_timed_in_the_kernel_where_a_synthetic_event_takes_a_stack_and_the_key_fits():
+    by_stack = Aggregation("latency", keys=(Field("stack"),))
+    with_stacks = KernelOffer(True, True, True, True, True, synthetic_stacks=True)
+    assert choose("auto", by_stack, with_stacks, profile_only=False, uprobes=False, filter_refusal=None).method == "hist"
+    before_6_4 = choose("auto", by_stack, KernelOffer(True, True, True, True, True), profile_only=False, uprobes=False,
+                        filter_refusal=None)
+    assert before_6_4.engine == "user" and "take no stack" in before_6_4.reason
+    with pytest.raises(UserError, match="--engine kernel: a kernel table key holds at most 384 bytes"):
+        choose("kernel", Aggregation("latency", keys=(Field("stack"), Field("comm"))), with_stacks, profile_only=False,
+               uprobes=False, filter_refusal=None)

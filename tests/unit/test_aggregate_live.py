@@ -26,7 +26,7 @@ def test_the_model_loads_no_terminal_library():
 def test_the_keys_offered_are_the_model_own():
     assert StatsRequest(("work", "len=%di:s64"), fields=("len",)).keys_offered() == [None, "comm", "pid", "len", "stack"]
     assert StatsRequest(("work*",)).keys_offered() == [None, *HEADER_KEYS, "stack"]  # a glob: per probe too
-    assert StatsRequest(("work",), function="work", value="latency").keys_offered() == [None, *LATENCY_KEYS]
+    assert StatsRequest(("work",), function="work", value="latency").keys_offered() == [None, *LATENCY_KEYS, "stack"]
 
 
 @pytest.mark.parametrize("kind", ["count", "hist", "latency"])
@@ -36,7 +36,7 @@ def test_every_key_offered_makes_an_aggregation_the_model_takes(kind):
 
 
 def test_a_key_the_model_refuses_is_not_offered():
-    with pytest.raises(UserError, match="latency is keyed by comm or pid"):
+    with pytest.raises(UserError, match="latency is keyed by comm, pid or stack"):
         Aggregation("latency", (Field("len"),))
     assert "len" not in keys_offered("latency", ("len",))
 

@@ -59,7 +59,7 @@ def test_aggregation_refusals():
         Aggregation("count", keys=tuple(Field(n) for n in ("comm", "pid", "probe", "len")))
     with pytest.raises(UserError, match="named twice"):
         Aggregation("count", keys=(Field("comm"), Field("comm")))
-    with pytest.raises(UserError, match="keyed by comm or pid"):
+    with pytest.raises(UserError, match="keyed by comm, pid or stack"):
         Aggregation("latency", keys=(Field("len"),))
     with pytest.raises(UserError, match="not a numeric argument"):
         Aggregation("hist", value=Field("comm"))

@@ -4,7 +4,9 @@ The run is the command's (``stream.callgraph.graph_calls``: the function_graph t
 back) for a few seconds, on every thread but ours, in a worker; escape stops it early and shows what was
 seen, a second escape goes back. Each row is one call path: calls, total and self time, the function
 indented under its caller; enter opens the highlighted function's source, so the next probe is one step
-away. The tree holds call paths, not calls: thousands of calls of one path are one row.
+away. The tree holds call paths, not calls: thousands of calls of one path are one row. ``e`` runs again
+with return values (``graph --retval``): a path's error codes, and ``<- first`` where failing calls' first
+error came from.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from textual.widgets.tree import TreeNode
 
 from kprobe_tui.errors import UserError
 from kprobe_tui.kernel.funcgraph import GraphSettings
-from kprobe_tui.stream.callgraph import GraphAnswer, PathTotals, graph_calls, thread_names
+from kprobe_tui.stream.callgraph import GraphAnswer, PathTotals, error_name, graph_calls, thread_names
 from kprobe_tui.textsafe import printable
 from kprobe_tui.tui.navigation import Back, OpenSource
 from kprobe_tui.tui.plain import plain
@@ -40,15 +42,23 @@ OPEN_LEVELS = 2  # rows shown open at first: the function and what it calls dire
 
 
 def path_label(entry: PathTotals) -> Text:
-    """``  105   33532.4   30962.3  vfs_read``: calls, total and self microseconds, then the name (plain text)."""
-    return Text.assemble((f"{entry.calls:>6} {entry.total_ns / 1000:>10.1f} {entry.self_ns / 1000:>10.1f}  ", "dim"),
-                         printable(entry.path[-1]))
+    """``  105   33532.4   30962.3  vfs_read``: calls, total and self microseconds, then the name (plain text),
+    then its error codes where return values were read (``= -2 ENOENT x3 <- first x3``)."""
+    label = Text.assemble((f"{entry.calls:>6} {entry.total_ns / 1000:>10.1f} {entry.self_ns / 1000:>10.1f}  ", "dim"),
+                          printable(entry.path[-1]))
+    if entry.errors:
+        label.append("  = " + ", ".join(f"{error_name(code)} x{count}" for code, count in entry.errors.most_common(2)),
+                     "red")
+    if entry.first_errors:
+        label.append(f" <- first x{entry.first_errors}", "bold red")
+    return label
 
 
 class CallGraphScreen(Screen):
     CSS_PATH = LAYOUT
     AUTO_FOCUS = "#call-tree"
     BINDINGS = [Binding("escape", "back", "Stop/Back"), Binding("r", "again", "Run again"),
+                Binding("e", "errors", "Errors"),
                 Binding("enter", "source", "Source", show=True, priority=True)]
 
     def __init__(self, function: str, tracefs: Tracefs | None, answer: GraphAnswer | None = None) -> None:
@@ -60,6 +70,7 @@ class CallGraphScreen(Screen):
         self.work = Background(self)
         self.stop = threading.Event()
         self.running = False
+        self.retvals = False  # the runs read return values (e)
 
     def compose(self) -> ComposeResult:
         yield Static("", id="graph-status")
@@ -81,11 +92,19 @@ class CallGraphScreen(Screen):
         self.stop = threading.Event()
         self.running = True
         self._status(f"Graphing {self.function} for {GRAPH_SECONDS:g} s on every thread but kprobe-tui's "
-                     f"(depth {GRAPH_DEPTH})… escape stops")
+                     f"(depth {GRAPH_DEPTH}{', return values' if self.retvals else ''})… escape stops")
         settings = GraphSettings(self.function, GRAPH_DEPTH)
         run = partial(graph_calls, self.tracefs, settings, seconds=GRAPH_SECONDS, max_calls=MAX_CALLS,
-                      done=self.stop.is_set)
+                      done=self.stop.is_set, retvals=self.retvals)
         self.work.run("graph", run, then=self.show, failed=self._failed)
+
+    def action_errors(self) -> None:
+        """Run again reading return values (a return probe on each function seen): which calls failed, and
+        where each failing call's first error came from."""
+        if self.running or self.tracefs is None:
+            return
+        self.retvals = True
+        self.action_again()
 
     def show(self, answer: GraphAnswer) -> None:
         self.running = False
@@ -93,9 +112,10 @@ class CallGraphScreen(Screen):
         ended = {"deadline": f"{GRAPH_SECONDS:g} s", "max-calls": f"{MAX_CALLS} calls", "done": "stopped",
                  "interrupted": "stopped"}[answer.ended]
         left_out = answer.orphans + answer.open_calls
-        self._status(f"{self.function}: {len(answer.calls)} calls on {len(threads)} threads ({ended})"
+        self._status(f"{self.function}: {len(answer.calls)} calls on {len(threads)} thread{'s' if len(threads) != 1 else ''} ({ended})"
                      + (f", {left_out} cut off at the edges" if left_out else "")
                      + (f", {answer.lost} lost by the kernel" if answer.lost else "")
+                     + (f", return values of {len(answer.returns.probed)} functions" if answer.returns else "")
                      + "  ·  calls, total and self µs")
         tree = self.query_one("#call-tree", Tree)
         tree.clear()

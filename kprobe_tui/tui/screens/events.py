@@ -16,6 +16,7 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -40,6 +41,7 @@ from kprobe_tui.textsafe import printable
 from kprobe_tui.tui.navigation import Back, OpenStats
 from kprobe_tui.tui.plain import plain
 from kprobe_tui.tui.screens.flame import OpenFlame
+from kprobe_tui.tui.screens.stats import StatsRequest, probe_request
 from kprobe_tui.tui.theming import LAYOUT
 from kprobe_tui.tui.tracing import RunTracing
 from kprobe_tui.tui.widgets.event_table import EventTable, show_value
@@ -84,6 +86,24 @@ class Ingested(Message):
     def __init__(self, update: StreamUpdate) -> None:
         super().__init__()
         self.update = update
+
+
+class RateRow(Horizontal):
+    """One event's rate: its label and sparkline, held from construction so an update that comes before
+    the row is mounted finds them (the 6.1 guest's second update came that soon: NoMatches on the query)."""
+
+    def __init__(self, name: str, label: Text, history: list[float]) -> None:
+        super().__init__(classes="rate", name=name)
+        self.label = Static(label, classes="rate-label")
+        self.sparkline = Sparkline(history)
+
+    def compose(self) -> ComposeResult:
+        yield self.label
+        yield self.sparkline
+
+    def show(self, label: Text, history: list[float]) -> None:
+        self.label.update(label)
+        self.sparkline.data = history
 
 
 class EventsScreen(Screen):
@@ -258,15 +278,13 @@ class EventsScreen(Screen):
     def _show_rates(self) -> None:
         container = self.query_one("#rates", Vertical)
         busiest = sorted(self.rates, key=lambda n: -max(self.rates[n]))[:MAX_RATE_ROWS]
-        rows = {row.name: row for row in container.query(".rate").results(Horizontal)}
+        rows = {row.name: row for row in container.query(RateRow)}
         for name in busiest:
             label = plain(f"{self.query_one(EventTable).name_of(name)} {self.rates[name][-1]:,.0f}/s")
             if name in rows:
-                rows[name].query_one(Static).update(label)
-                rows[name].query_one(Sparkline).data = list(self.rates[name])
+                rows[name].show(label, list(self.rates[name]))
             else:
-                container.mount(Horizontal(Static(label, classes="rate-label"), Sparkline(list(self.rates[name])),
-                                           classes="rate", name=name))
+                container.mount(RateRow(name, label, list(self.rates[name])))
         for shown, row in rows.items():
             if shown not in busiest:
                 row.remove()
@@ -440,8 +458,6 @@ class EventsScreen(Screen):
 
     def action_stats(self) -> None:
         """The statistics view of the probe being tailed: the highlighted event's, else the only one."""
-        from kprobe_tui.tui.screens.stats import StatsRequest, probe_request
-
         if self.starting:  # pressed before the tail is up (a fast typist): answered once it is
             self.stats_asked = True
             return

@@ -16,6 +16,7 @@ from kprobe_tui.matching import MODES, IncrementalFilter, Matcher
 from kprobe_tui.textsafe import printable
 from kprobe_tui.tui.navigation import OpenBuilder, OpenGraph, OpenSource, OpenStats
 from kprobe_tui.tui.plain import plain
+from kprobe_tui.tui.screens.stats import StatsRequest
 from kprobe_tui.tui.theming import LAYOUT
 from kprobe_tui.tui.widgets.filter_bar import FilterBar
 from kprobe_tui.tui.widgets.function_list import STATUS_GLYPH, FunctionList
@@ -136,8 +137,6 @@ class FunctionsScreen(Screen):
     def action_count_calls(self) -> None:
         """The statistics view counting calls of every function the filter matches (a glob, by function), or
         of the one function it matches (by process, as a lab's "which process calls it" asks)."""
-        from kprobe_tui.tui.screens.stats import StatsRequest
-
         query = self.query_one("#filter", Input).value.strip()
         if not query or self.mode == "fuzzy":
             self.notify("count calls takes the filter as a glob: type one (tcp_*), in substring or glob mode",
@@ -153,8 +152,6 @@ class FunctionsScreen(Screen):
 
     def action_latency(self) -> None:
         """The statistics view of the highlighted function's latency, entry to return."""
-        from kprobe_tui.tui.screens.stats import StatsRequest
-
         name = self.query_one(FunctionList).current
         if name is not None:
             self.post_message(OpenStats(StatsRequest((name,), self._binary(), function=name, key=None, value="latency")))

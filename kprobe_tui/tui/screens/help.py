@@ -69,10 +69,12 @@ HELP: dict[str, tuple[str, str]] = {  # screen class -> (title, what it is for)
         "Statistics",
         ("Answers about many hits at once, as kprobe-tui count, hist and latency give them: hits per key "
          "(most first), a captured value's histogram or a function's entry-to-return latency, with bars as "
-         "bpftrace draws them, refreshed every second. k chooses the key (none, comm, pid, a captured field), "
+         "bpftrace draws them, refreshed every second. k chooses the key (none, comm, pid, a captured field, "
+         "the stack: a latency's at the entry), "
          "v the value (count, a field, latency), b log2 or linear buckets (linear over the values seen; r types "
          "a range, MIN,MAX,STEP, as bpftrace's lhist), i the last second or everything "
-         "since the start, f a flame graph when counted by stack. The line under the title says which engine runs and why: the kernel's hist "
+         "since the start, f a flame graph when counted by stack. Up and down (page up/down, the wheel) scroll "
+         "the keys that do not fit. The line under the title says which engine runs and why: the kernel's hist "
          "triggers where it has them, else events aggregated here. Its probes go when you leave."),
     ),
     "CallGraphScreen": (
@@ -80,7 +82,9 @@ HELP: dict[str, tuple[str, str]] = {  # screen class -> (title, what it is for)
         ("What a kernel function calls, as kprobe-tui graph answers it: the kernel's function_graph tracer "
          "follows the function for 5 s on every thread but ours, then each call path is one row: calls, total "
          "and self time in microseconds (self: not spent in a callee). Escape stops early, r runs again, enter "
-         "opens the highlighted function's source. The tracer is the kernel's only one: it is borrowed only "
+         "opens the highlighted function's source. e runs again reading return values (a return probe on "
+         "the function and on the functions it calls): a path's error codes, and <- first where "
+         "a failing call's first error came from. The tracer is the kernel's only one: it is borrowed only "
          "when idle and given back as found."),
     ),
     "FlameScreen": (

@@ -41,6 +41,7 @@ from kprobe_tui.probes.spec import DEFAULT_PERSISTENT_GROUP
 from kprobe_tui.textsafe import printable
 from kprobe_tui.tui.navigation import Back, EditProbe, OpenStats, ShowEvents
 from kprobe_tui.tui.plain import plain
+from kprobe_tui.tui.screens.stats import probe_request
 from kprobe_tui.tui.theming import LAYOUT
 from kprobe_tui.tui.tracing import RunTracing
 from kprobe_tui.tui.widgets.filter_bar import FilterBar
@@ -342,8 +343,6 @@ class ProbesScreen(Screen):
 
     def action_stats(self) -> None:
         """The statistics view of the highlighted probe."""
-        from kprobe_tui.tui.screens.stats import probe_request
-
         event = self.current()
         if event is None:
             return

@@ -17,6 +17,7 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Input, Sparkline, Static
 
+from kprobe_tui.aggregate.estimate import StackCost
 from kprobe_tui.aggregate.live import STACK_KEY, StatsRequest, StatsRunner, handoff, nice_linear, probe_request
 from kprobe_tui.aggregate.model import Linear, parse_linear
 from kprobe_tui.aggregate.offer import Choice
@@ -46,7 +47,7 @@ class StatsScreen(Screen):
     """``StatsScreen(request, sources)`` runs it; ``StatsScreen.replay(...)`` shows a fixed sample."""
 
     CSS_PATH = LAYOUT
-    AUTO_FOCUS = ""  # nothing: the keys are the screen's (Textual's default would focus the hidden range box)
+    AUTO_FOCUS = "StatsTable"  # its arrows scroll the keys (Textual's default would focus the hidden range box)
     BINDINGS = [
         Binding("k", "cycle('key')", "Key"),
         Binding("v", "cycle('value')", "Value"),
@@ -54,6 +55,7 @@ class StatsScreen(Screen):
         Binding("r", "linear_range", "Linear range", show=False),  # listed by help and the palette
         Binding("i", "interval", "Interval/total"),
         Binding("f", "flame", "Flame graph", show=False),  # listed by help and the palette; a stack key only
+        Binding("y", "accept_cost", "Count anyway", show=False),  # a stack count whose estimate was high
         Binding("escape", "close", "Back"),
     ]
 
@@ -68,6 +70,7 @@ class StatsScreen(Screen):
         self.rates: list[float] = []
         self.choice: Choice | None = None
         self.error: str | None = None
+        self.cost: StackCost | None = None  # a stack count's estimate, said before it starts
         self.skipped: dict[str, list[str]] = {}  # functions a glob left out, by why
         self.noted = False  # the run's note (shallow user stacks) was shown: once a run
         self._generation = 0  # samples of a run already replaced are dropped
@@ -103,10 +106,11 @@ class StatsScreen(Screen):
         if self.runner is not None:
             self.runner.close()
 
-    def _restart(self, runner: StatsRunner) -> None:
+    def _restart(self, runner: StatsRunner, accept_cost: bool = False) -> None:
         self._generation += 1
         self.sample, self.rates, self.choice, self.error, self.skipped, self.noted = None, [], None, None, {}, False
-        runner.ask(self._generation, self.request)
+        self.cost = None
+        runner.ask(self._generation, self.request, accept_cost)
         self._show()
 
     def _news(self, news: tuple) -> None:
@@ -114,6 +118,16 @@ class StatsScreen(Screen):
         getattr(self, f"_{kind}")(generation, *details)
 
     # --- results (UI thread) --------------------------------------------------------------------------
+
+    def _estimated(self, generation: int, cost: StackCost) -> None:
+        if generation == self._generation:
+            self.cost = cost
+            if cost.high:
+                self.notify(f"{cost.line()}. y: count anyway; k: another key", title="Costly", severity="warning",
+                            timeout=30)
+            else:
+                self.notify(cost.line(), title="Counting stacks", timeout=8)
+            self._show()
 
     def _started(self, generation: int, choice: Choice, skipped: dict[str, list[str]]) -> None:
         if generation == self._generation:
@@ -126,6 +140,10 @@ class StatsScreen(Screen):
                 self.notify(note, title="Shallow stacks", severity="warning", timeout=15)
             self.sample, self.rates, self.noted = sample, rates, self.noted or bool(note)
             self._show()
+
+    def _capped(self, generation: int, message: str) -> None:
+        if generation == self._generation:
+            self.notify(message, title="Stopped", severity="warning", timeout=30)
 
     def _failed(self, generation: int, message: str) -> None:
         if generation == self._generation:
@@ -148,6 +166,8 @@ class StatsScreen(Screen):
         engine.set_class(self.error is not None, "error")
         if self.error is not None:
             engine.update(plain(f"not running: {self.error}  (k/v: another key or value)"))
+        elif self.choice is None and self.cost is not None and self.cost.high:
+            engine.update(plain(f"not started: {self.cost.line()}  (y: count anyway, k: another key)"))
         elif self.choice is None:
             engine.update(Text("starting: making the probes and choosing the engine…"))
         else:
@@ -262,7 +282,7 @@ class StatsScreen(Screen):
         if not box.has_class("-open"):
             return False
         box.remove_class("-open")
-        self.set_focus(None)
+        self.set_focus(self.query_one(StatsTable))
         return True
 
     def stack_counts(self) -> StackCounts | None:
@@ -282,10 +302,15 @@ class StatsScreen(Screen):
         """The counted stacks as a flame graph (a stack key only: k chooses the key)."""
         stacks = self.stack_counts()
         if stacks is None:
-            self.notify("a flame graph draws stacks: count by stack (k) first", severity="warning")
+            self.notify("a flame graph draws stacks: key by stack (k) first", severity="warning")
             return
         shown = "last second" if self.interval else "since start"
         self.post_message(OpenFlame(stacks, f"{self.request.describe()} · {shown}"))
+
+    def action_accept_cost(self) -> None:
+        """Start the stack count its estimate held back."""
+        if self.runner is not None and self.choice is None and self.cost is not None and self.cost.high:
+            self._restart(self.runner, accept_cost=True)
 
     def action_interval(self) -> None:
         self.interval = not self.interval
