@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 from test_graph_guest import kprobe_tui, settings
-from test_stacks_guest import BPFTRACE_READY, READY_LINE, start, static_program, stop, wait_for
+from test_stacks_guest import start_bpftrace, static_program, stop
 
 pytestmark = pytest.mark.kernel
 
@@ -55,11 +55,9 @@ def test_each_failing_call_marks_where_its_error_came_from_and_bpftrace_sees_tho
     function = origin[-1].split(" [")[0]
     if not re.fullmatch(r"\w+", function):  # bpftrace 0.17 cannot name "open_last_lookups.isra.0"
         return
-    bpftrace = start(["bpftrace", "-e", BPFTRACE_READY + f'kretprobe:do_sys_openat2, kretprobe:{function} '
-                      f'/comm == "{COMM}"/ {{ @[probe, retval] = count(); }}'], tmp_path / "bpftrace.out",
-                     tmp_path / "bpftrace.err")
+    bpftrace = start_bpftrace(f'kretprobe:do_sys_openat2, kretprobe:{function} /comm == "{COMM}"/ '
+                              '{ @[probe, retval] = count(); }', tmp_path)
     try:
-        wait_for(tmp_path / "bpftrace.out", READY_LINE, bpftrace)
         subprocess.run([str(program)], check=True)
     finally:
         stop(bpftrace)
