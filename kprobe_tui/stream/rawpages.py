@@ -34,7 +34,6 @@ TS_SHIFT = 27
 TS_MSB = 0xF8 << 56  # the bits of the clock an absolute time stamp leaves out (rb_fix_abs_ts)
 PADDING, TIME_EXTEND, TIME_STAMP = 29, 30, 31
 _WORD = struct.Struct("<I")
-_first = itemgetter(0)
 # The kernel's text takes the lowest CPU's record of two at one nanosecond (__find_next_entry: ts < next_ts);
 # 3,000 calls on each of two CPUs here gave 6 such ties.
 _time_then_cpu = itemgetter(0, 1)
@@ -113,14 +112,16 @@ class RawPages:
             runs += len(pending) > held
             if last is not None:
                 self._ahead[cpu] = last
-        horizon = min(self._ahead.values(), default=None)
+        # A held CPU's unread records come after its last read one, (time, CPU) as the text orders them: records
+        # up to the least of those go out. A record of a higher CPU at that very nanosecond waits.
+        horizon = min(((last, cpu) for cpu, last in self._ahead.items()), default=None)
         self.drained = horizon is None
         if runs > 1:
             pending.sort(key=_time_then_cpu)  # stable: one CPU's records keep their order; runs make it a merge
-        cut = len(pending) if horizon is None else bisect.bisect_right(pending, horizon, key=_first)
+        cut = len(pending) if horizon is None else bisect.bisect_right(pending, horizon, key=_time_then_cpu)
         ready, self._pending = pending[:cut], pending[cut:]
         if horizon is not None:  # a CPU whose records all went out reads on
-            self._ahead = {cpu: last for cpu, last in self._ahead.items() if last > horizon}
+            self._ahead = {cpu: last for cpu, last in self._ahead.items() if (last, cpu) > horizon}
         return ready
 
     def _read_cpu(self, cpu: int, fd: int) -> int | None:

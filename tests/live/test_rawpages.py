@@ -115,9 +115,6 @@ def record_both_ways(top: Tracefs, binary: Path) -> tuple[list[Event], list[Even
     return printed, decoded, pages
 
 
-@pytest.mark.xfail(reason="known defect, issue 26: once in CI (2026-12-07) an event of CPU 1 came where the "
-                          "kernel's text had one of CPU 0 (the merge of close timestamps; not yet explained)",
-                   strict=False)
 def test_raw_pages_decode_to_the_events_the_kernel_printed(top, tmp_path):
     (tmp_path / "rawlab.c").write_text(SOURCE)
     binary = tmp_path / "rawlab"
