@@ -133,8 +133,8 @@ def test_a_tie_with_a_record_left_waiting_from_the_last_read_still_goes_to_the_l
 
 def test_a_tie_at_the_end_of_a_read_waits_for_the_lower_cpus_next_page(tmp_path):
     """CPU 0's read ends at 5 us and its next page starts at that nanosecond; CPU 1 has a record at it too. The
-    text gives CPU 0's two first (the once-in-CI mismatch of the live equivalence test, cause unknown until then):
-    a read lets out records up to the held CPU's last one, time then CPU, not every record of that time."""
+    text gives CPU 0's two first: a read lets out records up to the held CPU's last one, time then CPU, not every
+    record of that time (the tie rule above had left this case open; found by reading the merge)."""
     cpu0 = [page(10, data(0, b"0a"), data(4_990, b"0b")), page(5_000, data(0, b"0c"))]
     cpu1 = [page(5_000, data(0, b"1a"))]
     pages = reader(tmp_path, {0: cpu0, 1: cpu1}, pages_per_read=1)
