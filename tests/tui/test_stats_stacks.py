@@ -32,6 +32,18 @@ def program(tmp_path_factory):
     return build(tmp_path_factory.mktemp("stats_stacks"), "kpt_stats_stk", "-fno-omit-frame-pointer")
 
 
+async def v_to(pilot, request: StatsRequest, value: str, title: str) -> StatsScreen:
+    """The view of ``request`` once ``v`` has made ``value`` its value: the stack key kept, ``title`` said."""
+    app = pilot.app
+    app.push_screen(StatsScreen(request, app.sources))
+    screen = await running(pilot)
+    await pilot.press("v")
+    assert screen.request.key == "stack" and screen.request.value == value
+    screen = await running(pilot)
+    assert title in str(screen.query_one("#title").render())
+    return screen
+
+
 async def test_k_to_the_stack_counts_what_the_cli_counts_and_f_draws_them(program, clean):  # noqa: F811
     cli = Aggregation("count", "-x", str(program), "leaf", "--by", "stack")
     app = KprobeTui(locate(), BinaryCatalog(str(program)))
@@ -83,12 +95,7 @@ async def test_a_histogram_by_stack_gives_each_call_path_the_values_the_cli_give
     try:
         async with app.run_test(size=(80, 24)) as pilot:
             request = StatsRequest(("leaf", "x=%di:s32"), str(program), fields=("x",), function="leaf", key="stack")
-            app.push_screen(StatsScreen(request, app.sources))
-            screen = await running(pilot)
-            await pilot.press("v")  # count -> x
-            assert screen.request.key == "stack" and screen.request.value == "x"
-            screen = await running(pilot)
-            assert "x at leaf · by stack" in str(screen.query_one("#title").render())
+            screen = await v_to(pilot, request, "x", "x at leaf · by stack")  # count -> x
             cli.ready()
             subprocess.run([str(program)], check=True)
             await answered(pilot, screen, VIA_A + VIA_B)
@@ -113,12 +120,7 @@ async def test_a_latency_by_stack_times_each_call_path_as_the_cli_does(program, 
     try:
         async with app.run_test(size=(80, 24)) as pilot:
             request = StatsRequest(("leaf",), str(program), function="leaf", key="stack")
-            app.push_screen(StatsScreen(request, app.sources))
-            screen = await running(pilot)
-            await pilot.press("v")  # count -> latency
-            assert screen.request.key == "stack" and screen.request.value == "latency"
-            screen = await running(pilot)
-            assert "latency of leaf · by stack" in str(screen.query_one("#title").render())
+            screen = await v_to(pilot, request, "latency", "latency of leaf · by stack")  # count -> latency
             assert screen.choice.engine == "user" and "userstacktrace" in screen.choice.reason
             cli.ready()
             subprocess.run([str(program)], check=True)
