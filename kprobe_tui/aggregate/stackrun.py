@@ -79,11 +79,13 @@ class UserFrames:
 
     Where the file's DWARF is at hand (the file itself built with -g, its debug file installed, or one in the
     debuginfod cache: nothing is downloaded while the ring fills) the frame's ``file:line`` follows, as perf
-    report lays out a callchain's srcline: ``via_a+0x9 [prog] work.c:12``. Always, not behind an option: the
-    line adds to a frame without splitting or merging stacks (one address, one line), and costs one open of
-    the DWARF per program (libc 2.36's separate debug file: 0.13 s). A return address is given the line of
-    its call (address-1), as gdb's backtrace gives a caller's line; perf 6.1 prints the return address's own
-    line, the statement after the call.
+    report lays out a callchain's srcline: ``via_a+0x9 [prog] work.c:12``. Where the address is in code the
+    compiler inlined there, each inlined function follows as a frame of its own, as ``addr2line -i`` and perf
+    report's ``--inline`` give them: ``twice [prog] (inlined) work.c:7``, the line above it then being where
+    its caller calls it. Always, not behind an option: one address names the same frames every time, so no
+    two stacks merge or split, and it costs one open of the DWARF per program (libc 2.36's separate debug
+    file: 0.13 s). A return address is given the line of its call (address-1), as gdb's backtrace gives a
+    caller's line; perf 6.1 prints the return address's own line, the statement after the call.
 
     The kernel's own naming (``sym-userobj``) gives the file but an offset into the mapping, and takes the
     traced process's mmap lock for every frame it prints; one read of the maps a process does here."""
@@ -92,56 +94,57 @@ class UserFrames:
         self._programs: dict[str, tuple[list[Segment], list[tuple[int, int, str]]] | None] = {}
         self._debuginfo: dict[str, DebugInfo | None] = {}
         self._maps: dict[int, tuple[float, list[tuple[int, int, int, str]]]] = {}
-        self._names: dict[tuple[int, str, bool], str] = {}
+        self._names: dict[tuple[int, str, bool], tuple[str, ...]] = {}
 
-    def name(self, pid: int, frame: str, returned: bool = False) -> str:
-        """A frame the kernel printed, named; ``returned``: it is a return address, not where the thread is."""
+    def name(self, pid: int, frame: str, returned: bool = False) -> tuple[str, ...]:
+        """A frame the kernel printed, named, and the functions inlined at it (outermost first); ``returned``:
+        it is a return address, not where the thread is."""
         key = (pid, frame, returned)
         named = self._names.get(key)
         if named is None:
             match = _USER_ADDRESS.fullmatch(frame.strip())
-            named = self.address(pid, int(match[1], 16), returned) if match else frame
+            named = self.address(pid, int(match[1], 16), returned) if match else (frame,)
             if len(self._names) < MAX_NAMES:
                 self._names[key] = named
         return named
 
-    def address(self, pid: int, address: int, returned: bool = False) -> str:
+    def address(self, pid: int, address: int, returned: bool = False) -> tuple[str, ...]:
         mapping = self._mapping(pid, address)
         if mapping is None:
-            return f"<{address:016x}>"
+            return (f"<{address:016x}>",)
         start, _, file_offset, path = mapping
         if path == UPROBES_PAGE:
-            return UPROBES_PAGE  # as perf names it
+            return (UPROBES_PAGE,)  # as perf names it
         offset = address - start + file_offset
         program = self._program(path)
         segments, functions = program if program else ([], [])
         value = next((segment.vaddr + offset - segment.offset for segment in segments
                       if segment.offset <= offset < segment.offset + segment.filesz), None)
         if value is None:
-            return f"{os.path.basename(path)}+{offset:#x}"
+            return (f"{os.path.basename(path)}+{offset:#x}",)
         index = bisect.bisect_right(functions, (value, 1 << 64)) - 1
         if index >= 0 and functions[index][0] <= value < functions[index][0] + functions[index][1]:
             start_value, _, function = functions[index]
             named = f"{function}+{value - start_value:#x} [{os.path.basename(path)}]"
         else:
             named = f"{os.path.basename(path)}+{offset:#x}"
-        line = self._source_line(path, value - 1 if returned else value)
-        return f"{named} {line}" if line else named
+        return with_inlined(named, self._source_frames(path, value - 1 if returned else value),
+                            f" [{os.path.basename(path)}]")
 
-    def _source_line(self, path: str, value: int) -> str:
-        """``file:line`` (the file's base name, as perf prints it) of a link-time address, "" without DWARF."""
+    def _source_frames(self, path: str, value: int) -> list[tuple[str | None, str]]:
+        """``source_frames_text`` of a link-time address of the file, [] without DWARF."""
         if path not in self._debuginfo:
             if len(self._debuginfo) >= MAX_PROGRAMS:
-                return ""
+                return []
             try:
                 self._debuginfo[path] = open_debuginfo(binary=path, debuginfod=_debuginfod_cache_only)
             except (UserError, OSError):  # no DWARF on disk, not an x86-64 ELF file, gone since
                 self._debuginfo[path] = None
         info = self._debuginfo[path]
-        line = source_line_text(info, value) if info is not None else ""
-        if line is None:  # corrupt DWARF: the program's frames keep their names, without lines
+        frames = source_frames_text(info, value) if info is not None else []
+        if frames is None:  # corrupt DWARF: the program's frames keep their names, without lines
             self._debuginfo[path] = None
-        return line or ""
+        return frames or []
 
     def _mapping(self, pid: int, address: int) -> tuple[int, int, int, str] | None:
         """The file mapping ``address`` is in; the maps are read again (at most once a second) on a miss:
@@ -183,14 +186,14 @@ class KernelFrames:
         self._info: DebugInfo | None = None
         self._looked = False
         self._functions: dict[str, int] = {}  # function -> its address in the vmlinux
-        self._names: dict[tuple[str, bool], str] = {}
+        self._names: dict[tuple[str, bool], tuple[str, ...]] = {}
 
-    def name(self, frame: str, returned: bool) -> str:
+    def name(self, frame: str, returned: bool) -> tuple[str, ...]:
+        """The frame with its line, then the functions inlined at it (as UserFrames names them)."""
         key = (frame, returned)
         named = self._names.get(key)
         if named is None:
-            line = self._line(frame, returned)
-            named = f"{frame} {line}" if line else frame
+            named = with_inlined(frame, self._source_frames(frame, returned))
             if len(self._names) < MAX_NAMES:
                 self._names[key] = named
         return named
@@ -198,20 +201,20 @@ class KernelFrames:
     def stack(self, stack: tuple[str, ...]) -> tuple[str, ...]:
         """A stack, outermost first: every frame but the innermost (where the probe fired) is a return address."""
         innermost = len(stack) - 1
-        return tuple(self.name(frame, at < innermost) for at, frame in enumerate(stack))
+        return tuple(name for at, frame in enumerate(stack) for name in self.name(frame, at < innermost))
 
-    def _line(self, frame: str, returned: bool) -> str:
+    def _source_frames(self, frame: str, returned: bool) -> list[tuple[str | None, str]]:
         match = _KERNEL_FRAME.fullmatch(frame)
         info = self._debuginfo() if match else None
         if match is None or info is None:
-            return ""
+            return []
         start = self._functions.get(match[1])
         if start is None:
-            return ""
-        line = source_line_text(info, start + int(match[2], 16) - (1 if returned else 0))
-        if line is None:  # corrupt DWARF: frames keep their names, without lines
+            return []
+        frames = source_frames_text(info, start + int(match[2], 16) - (1 if returned else 0))
+        if frames is None:  # corrupt DWARF: frames keep their names, without lines
             self._info = None
-        return line or ""
+        return frames or []
 
     def _debuginfo(self) -> DebugInfo | None:
         """Looked for once; a look cut short (Ctrl-C while the 6.1 guest's took 3 s) is taken again."""
@@ -228,14 +231,24 @@ class KernelFrames:
         return self._info
 
 
-def source_line_text(info: DebugInfo, address: int) -> str | None:
-    """``file:line`` of a link-time address as perf prints a srcline (the file's base name), "" where no line
-    covers it, None when the DWARF is corrupt."""
+def source_frames_text(info: DebugInfo, address: int) -> list[tuple[str | None, str]] | None:
+    """``source_frames`` of a link-time address with each ``file:line`` as perf prints a srcline (the file's
+    base name); [] where no line covers it, None when the DWARF is corrupt."""
     try:
-        found = info.source_line(address)
+        found = info.source_frames(address)
     except UserError:
         return None
-    return f"{os.path.basename(found[0])[:MAX_SOURCE_NAME]}:{found[1]}" if found else ""
+    return [(name and name[:MAX_SOURCE_NAME], f"{os.path.basename(file)[:MAX_SOURCE_NAME]}:{line}")
+            for name, (file, line) in found]
+
+
+def with_inlined(frame: str, lines: list[tuple[str | None, str]], where: str = "") -> tuple[str, ...]:
+    """The frame with its line, then each function inlined at its address, outermost first:
+    ``name{where} (inlined) file:line``."""
+    if not lines:
+        return (frame,)
+    (_, line), *inlined = lines
+    return (f"{frame} {line}", *(f"{name}{where} (inlined) {line}" for name, line in inlined))
 
 
 def _debuginfod_cache_only() -> Client:
@@ -424,7 +437,7 @@ class UserStackEngine(InstanceReader):
         caller = event.args.get(CALLER_ARGUMENT) if event.event in self._at_entry else None
         if isinstance(caller, int) and frames:
             frames.insert(1, self._user_frames.name(event.pid, f"<{caller:016x}>", returned=True))
-        return frames
+        return [name for names in frames for name in reversed(names)]  # innermost first, as the kernel's
 
     def collect(self) -> StackTable:
         """Every stack so far; the newest event waits for its stack lines unless a whole read brought none."""

@@ -390,15 +390,32 @@ class DebugInfo:
         """(file, line) of an address as addr2line gives them (the line-table row covering it, the file as
         DWARF joins it with its directory); None where no unit or row covers it, or the row's line is 0 (code
         of no line, addr2line's ``?``) or beyond 32 bits (a corrupt table: DWARF's line register is 32-bit)."""
-        cu_offset = (self.aranges if self.aranges.starts else self._unit_ranges).cu_at(address)
-        if cu_offset is None:
-            return None
-        unit = self.units.of(self.cu(cu_offset))
-        row = unit.row_covering(address)
-        if row is None or not 0 < row.line < 1 << 32:
+        unit = self._unit_at(address)
+        row = unit.row_covering(address) if unit is not None else None
+        if unit is None or row is None or not 0 < row.line < 1 << 32:
             return None
         file = unit.file_name(row.file)
         return (file, row.line) if file else None
+
+    @one_question_at_a_time
+    @reports_corruption(_debug_file)
+    def source_frames(self, address: int) -> list[tuple[str | None, tuple[str, int]]]:
+        """``addr2line -i -f``, outermost first: (None, where the real function calls its outermost inlined
+        copy), then each inlined copy's name and where it calls the next one, the innermost at ``source_line``.
+        [] where source_line has nothing."""
+        innermost = self.source_line(address)
+        unit = self._unit_at(address)
+        if innermost is None or unit is None:
+            return []
+        inlined = self._scopes_at(unit, address)[1:]
+        names = [None, *(dw.name_of(die) or "??" for die in inlined)]
+        calls = [(unit.file_name(dw.int_attr(die, "DW_AT_call_file", False)) or "??",
+                  dw.int_attr(die, "DW_AT_call_line", False) or 0) for die in inlined]
+        return list(zip(names, [*calls, innermost]))
+
+    def _unit_at(self, address: int) -> dw.CUData | None:
+        cu_offset = (self.aranges if self.aranges.starts else self._unit_ranges).cu_at(address)
+        return self.units.of(self.cu(cu_offset)) if cu_offset is not None else None
 
     @_answered_once
     def _unit_ranges(self) -> ArangeMap:

@@ -144,6 +144,17 @@ async def test_s_asks_for_the_frames_function_and_refuses_a_frame_without_one():
         assert app.asked == ["p9_client_zc_rpc.constprop.0"]
 
 
+async def test_s_on_an_inlined_frame_asks_for_the_inlined_function():
+    """A frame the debug info names inlined (KernelFrames, UserFrames) opens that function's source."""
+    stacks = {("do_syscall_64+0x5d common.c:76", "do_syscall_x64 (inlined) common.c:46",
+               "square [prog] (inlined) work.c:4"): 3}
+    screen = FlameScreen(stacks, "test")
+    app = Host(screen)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("down", "down", "s", "down", "s")
+        assert app.asked == ["do_syscall_x64", "square"]
+
+
 HOSTILE = "[bold red]boom[/]\x1b]0;pwned\x07\u202etxt.exe漢字漢字" + "A" * 1_000_000
 
 

@@ -1,6 +1,7 @@
-"""User frames with their ``file:line`` (``UserFrames`` over a live process's maps; no probe needed), and the
-line lookup beneath it (``DebugInfo.source_line``) against binutils' addr2line on every address of a compiled
-program. tests/live/test_stacks_live.py counts real stacks and compares them with perf and addr2line."""
+"""User frames with their ``file:line`` and the functions inlined at them (``UserFrames`` over a live process's
+maps; no probe needed), and the lookups beneath (``DebugInfo.source_line``, ``source_frames``) against binutils'
+addr2line (``-i -f`` for the inlined) on every address of a compiled program. tests/live/test_stacks_live.py
+counts real stacks and compares them with perf and addr2line."""
 
 from __future__ import annotations
 
@@ -57,6 +58,24 @@ def addr2line(program: Path, addresses: list[int], tool: str = "addr2line") -> l
     return lines
 
 
+def addr2line_inlined(program: Path, addresses: list[int]) -> list[list[tuple[str, str]]]:
+    """``addr2line -a -i -f``: each address's (function, file:line) pairs, outermost first (it prints the
+    innermost first); [] where it has no line."""
+    out = subprocess.run(["addr2line", "-a", "-i", "-f", "-e", str(program)], input="\n".join(f"{a:#x}" for a in addresses),
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    found: list[list[tuple[str, str]]] = []
+    for text in out:
+        if text.startswith("0x"):
+            found.append([])
+        elif found[-1] and found[-1][-1][1] == "":
+            file, _, line = text.split(" (discriminator", 1)[0].rpartition(":")
+            found[-1][-1] = (found[-1][-1][0], f"{os.path.basename(file)}:{line}")
+        else:
+            found[-1].append((text, ""))
+    return [[] if pairs[0][1].startswith("??:") or pairs[0][1].endswith((":0", ":?")) else pairs[::-1]
+            for pairs in found]
+
+
 def looked_up(program: Path, addresses: list[int]) -> list[str | None]:
     info = open_debuginfo(binary=str(program))
     found = [info.source_line(address) for address in addresses]
@@ -75,6 +94,24 @@ def test_every_address_of_a_program_has_the_line_addr2line_gives(tmp_path, arang
     expected = addr2line(program, addresses)
     assert sum(line is not None for line in expected) > 50
     assert looked_up(program, addresses) == expected
+
+
+def test_every_address_of_a_program_has_the_inlined_functions_addr2line_i_gives(tmp_path):
+    """Two levels of inlining at -O2: each address's chain, the outermost function's name aside (the frame
+    names it from the symbol table)."""
+    source = SOURCE.replace("static inline int square(int x) { return x * x; }",
+                            "static inline int twice(int x) { return x + x * sink; }\n"
+                            "static inline int square(int x) { return twice(x) * x; }")
+    program = build(tmp_path, "kpt_inl", "-g", source=source)
+    text = ElfFile(program).section(".text")
+    assert text is not None
+    addresses = list(range(text.addr, text.addr + text.size))
+    expected = addr2line_inlined(program, addresses)
+    assert any(len(chain) == 3 for chain in expected)  # deep, square, twice
+    info = open_debuginfo(binary=str(program))
+    for address, chain in zip(addresses, expected):
+        ours = [(name, f"{os.path.basename(file)}:{line}") for name, (file, line) in info.source_frames(address)]
+        assert ours == [(None, chain[0][1]), *chain[1:]] if chain else ours == [], hex(address)
 
 
 @pytest.mark.skipif(not shutil.which("llvm-addr2line") or not LIBC.exists(), reason="needs llvm-addr2line and libc")
@@ -147,11 +184,14 @@ def test_a_program_built_with_g_names_each_frame_s_line_and_a_return_address_s_c
     frames = UserFrames()
     deep = process.symbols["deep"]
     back = process.return_into("leaf", "deep")
-    entry_line, call_line, after_call_line = addr2line(program, [deep, back - 1, back])
+    call_line, after_call_line = addr2line(program, [back - 1, back])
     assert call_line != after_call_line  # the program is built so that they differ
-    assert frames.name(process.proc.pid, process.frame(deep)) == f"deep+0x0 [{program.name}] {entry_line}"
+    [(_, square_called), (inlined, square_line)] = addr2line_inlined(program, [deep])[0]
+    assert inlined == "square"  # the program is built so that deep's first instruction is square's
+    assert frames.name(process.proc.pid, process.frame(deep)) == (
+        f"deep+0x0 [{program.name}] {square_called}", f"square [{program.name}] (inlined) {square_line}")
     assert (frames.name(process.proc.pid, process.frame(back), returned=True)
-            == f"leaf+{back - process.symbols['leaf']:#x} [{program.name}] {call_line}")
+            == (f"leaf+{back - process.symbols['leaf']:#x} [{program.name}] {call_line}",))
 
 
 def test_without_debug_info_the_names_are_what_they_were(tmp_path, running):
@@ -164,10 +204,10 @@ def test_without_debug_info_the_names_are_what_they_were(tmp_path, running):
     for program in (plain, no_dwarf):
         process = running(program)
         deep = process.symbols["deep"]
-        assert UserFrames().name(process.proc.pid, process.frame(deep)) == f"deep+0x0 [{program.name}]"
+        assert UserFrames().name(process.proc.pid, process.frame(deep)) == (f"deep+0x0 [{program.name}]",)
     process = running(bare, symbols_from=plain)
     deep = process.symbols["deep"]  # the same build: a PIE whose text's addresses are its file offsets
-    assert UserFrames().name(process.proc.pid, process.frame(deep)) == f"{bare.name}+{deep:#x}"
+    assert UserFrames().name(process.proc.pid, process.frame(deep)) == (f"{bare.name}+{deep:#x}",)
 
 
 def test_a_stripped_program_takes_its_lines_from_the_debug_file_its_debuglink_names(tmp_path, running):
@@ -180,8 +220,9 @@ def test_a_stripped_program_takes_its_lines_from_the_debug_file_its_debuglink_na
     subprocess.run(["objcopy", f"--add-gnu-debuglink={debug}", str(program)], check=True)
     process = running(program, symbols_from=unstripped)
     deep = process.symbols["deep"]
-    (line,) = addr2line(unstripped, [deep])
-    assert UserFrames().name(process.proc.pid, process.frame(deep)) == f"{program.name}+{deep:#x} {line}"
+    [(_, called), (_, line)] = addr2line_inlined(unstripped, [deep])[0]
+    assert UserFrames().name(process.proc.pid, process.frame(deep)) == (
+        f"{program.name}+{deep:#x} {called}", f"square [{program.name}] (inlined) {line}")
 
 
 def test_a_hostile_file_name_is_bounded_and_printed_escaped(tmp_path, running):
@@ -190,10 +231,11 @@ def test_a_hostile_file_name_is_bounded_and_printed_escaped(tmp_path, running):
     program = build(tmp_path, "kpt_hostile", "-g", source=hostile)
     process = running(program)
     named = UserFrames().name(process.proc.pid, process.frame(process.symbols["deep"]))
-    prefix = f"deep+0x0 [{program.name}] "
-    assert named.startswith(prefix + "\x1b]0;owned\x07aaa") and len(named) == len(prefix) + MAX_SOURCE_NAME + len(":4")
-    shown = printable(named)
-    assert "\x1b" not in shown and "\x07" not in shown and "\\x1b]0;owned\\x07" in shown
+    prefixes = (f"deep+0x0 [{program.name}] ", f"square [{program.name}] (inlined) ")
+    for frame, prefix in zip(named, prefixes, strict=True):
+        assert frame.startswith(prefix + "\x1b]0;owned\x07aaa") and len(frame) == len(prefix) + MAX_SOURCE_NAME + len(":4")
+        shown = printable(frame)
+        assert "\x1b" not in shown and "\x07" not in shown and "\\x1b]0;owned\\x07" in shown
 
 
 @pytest.mark.parametrize(("section", "kept"), [(".debug_line", 4), (".debug_info", 12), (".debug_abbrev", 0)])
@@ -211,4 +253,4 @@ def test_corrupt_debug_info_leaves_the_names_without_lines(tmp_path, running, se
         open_debuginfo(binary=str(program)).source_line(deep)
     frames = UserFrames()
     for offset in (0, 1):  # the second address named from what the first learnt of the file
-        assert frames.name(process.proc.pid, process.frame(deep + offset)) == f"deep+{offset:#x} [{program.name}]"
+        assert frames.name(process.proc.pid, process.frame(deep + offset)) == (f"deep+{offset:#x} [{program.name}]",)
