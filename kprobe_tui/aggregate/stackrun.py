@@ -360,7 +360,7 @@ class UserStackEngine(InstanceReader):
         self.user_stacks = user_stacks
         self.value = value
         self.table = StackTable(limit)
-        self.deepest = 0  # frames of the deepest stack seen: how a program without frame pointers shows
+        self.deepest = 0  # frames of the deepest user stack walked: how a program without frame pointers shows
         self._probed = {target.event: probed(target) for target in targets}
         self._user_frames = UserFrames()
         self._at_entry = {target.event for target in targets if target.probe.function_offset == 0}
@@ -404,7 +404,6 @@ class UserStackEngine(InstanceReader):
                 number = value
             comm = self._comm(event)
             frames = self._user_stack(event) if self.user_stacks else event.stack
-            self.deepest = max(self.deepest, len(frames))
             add_event_stack(self.table, frames, comm, self._probed.get(event.event), number)
 
     def _time(self, event: Event, unit: str) -> None:
@@ -419,7 +418,6 @@ class UserStackEngine(InstanceReader):
             self.table.unmatched += 1
             return
         started, entry, entry_stack = entered
-        self.deepest = max(self.deepest, len(entry_stack))
         add_event_stack(self.table, entry_stack, self._comm(event), self._probed.get(entry),
                         latency_in_unit(started, event.ts, unit))
 
@@ -437,6 +435,7 @@ class UserStackEngine(InstanceReader):
         caller = event.args.get(CALLER_ARGUMENT) if event.event in self._at_entry else None
         if isinstance(caller, int) and frames:
             frames.insert(1, self._user_frames.name(event.pid, f"<{caller:016x}>", returned=True))
+        self.deepest = max(self.deepest, len(frames))  # the kernel's walk, before the inlined functions are named
         return [name for names in frames for name in reversed(names)]  # innermost first, as the kernel's
 
     def collect(self) -> StackTable:

@@ -66,9 +66,9 @@ int main(void) {
 _FRAME = re.compile(r"(?P<function>\w+)\+(?P<offset>0x[0-9a-f]+) \[(?P<program>[^]]+)\](?: (?P<line>\S+:\d+))?")
 
 
-def build(directory: Path, name: str, *flags: str) -> Path:
+def build(directory: Path, name: str, *flags: str, source_text: str = SOURCE) -> Path:
     source = directory / "stacks.c"
-    source.write_text(SOURCE % {"a": VIA_A, "b": VIA_B})
+    source.write_text(source_text % {"a": VIA_A, "b": VIA_B})
     subprocess.run(["gcc", "-O1", *flags, "-o", str(directory / name), str(source)], check=True)
     return directory / name
 
@@ -111,6 +111,20 @@ def test_a_program_without_frame_pointers_gives_shallow_stacks_and_says_why(tmp_
     subprocess.run([str(program)], check=True)
     assert symbols(run.final()) == {("via_a", "leaf"): VIA_A, ("via_b", "leaf"): VIA_B}
     assert any("built without frame pointers" in line and "-fno-omit-frame-pointer" in line for line in run.stderr_lines)
+
+
+def test_a_shallow_walk_is_said_though_the_callers_frame_names_an_inlined_function_too(tmp_path, tracefs_root):
+    """Built with -g, via_a's call of leaf is in code inlined from twice: its frame names both, and the kernel's
+    walk (two frames) is still what tells a program without frame pointers."""
+    source = SOURCE.replace("__attribute__((noinline)) int via_a(int x) { return leaf(x) * 2; }",
+                            "static inline int twice(int x) { return leaf(x) * 2; }\n"
+                            "__attribute__((noinline)) int via_a(int x) { return twice(x) + 1; }")
+    program = build(tmp_path, "kpt_stacks_nofp_g", "-fomit-frame-pointer", "-g", source_text=source)
+    run = Aggregation("count", "-x", str(program), "leaf", "--by", "stack")
+    run.ready()
+    subprocess.run([str(program)], check=True)
+    assert symbols(run.final()) == {("via_a", "twice", "leaf"): VIA_A, ("via_b", "leaf"): VIA_B}
+    assert any("built without frame pointers" in line and "at most 2 frames" in line for line in run.stderr_lines)
 
 
 def test_a_flood_the_reader_cannot_keep_up_with_is_counted_or_said_lost_to_the_hit(tmp_path, tracefs_root):
