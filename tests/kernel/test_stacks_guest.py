@@ -124,14 +124,19 @@ def our_stacks(text: str) -> Counter:
     return stacks
 
 
+# Twice in CI (once in each guest, each time after the rest of the guest suite) bpftrace printed nothing but
+# "Attaching 1 probe..." while both our engines counted every read the workload makes; in runs of these files
+# alone it always answered. bpftrace printing no map sends the whole run (all three tracers) again.
+ORACLE_ATTEMPTS = 3
+
+
 def agreeing(ours: list[str], bpftrace: str, workload: Path, tmp_path: Path, theirs: Callable[[str], dict],
              mine: Callable[[str], dict]) -> dict:
     """Our command's answer with the kernel engine, once it equals bpftrace's program's (read by ``theirs``) and
     the user-space engine's equals it (read by ``mine``), all three tracing one run of the workload."""
     printed = side_by_side(ours, bpftrace, workload, tmp_path)
     answers = theirs(printed["bpftrace"]), mine(printed["kernel"]), mine(printed["user"])
-    print("bpftrace printed", printed["bpftrace"], "bpftrace", answers[0], "\nkernel", answers[1], "\nuser", answers[2],
-          sep="\n")
+    print("bpftrace", answers[0], "\nkernel", answers[1], "\nuser", answers[2], sep="\n")
     assert answers[1] == answers[0]
     assert answers[2] == answers[1]
     return answers[1]
@@ -140,7 +145,16 @@ def agreeing(ours: list[str], bpftrace: str, workload: Path, tmp_path: Path, the
 def side_by_side(ours: list[str], bpftrace: str, workload: Path, tmp_path: Path,
                  engines: tuple[str, ...] = ("kernel", "user")) -> dict[str, str]:
     """What bpftrace's program and our command (with the kernel engine and with the user-space one) printed,
-    all tracing one run of the workload."""
+    all tracing one run of the workload; the run again when bpftrace printed no map."""
+    for attempt in range(1, ORACLE_ATTEMPTS + 1):
+        printed = traced_once(ours, bpftrace, workload, tmp_path, engines)
+        print(f"attempt {attempt}: bpftrace printed", printed["bpftrace"], printed["bpftrace status"], sep="\n")
+        if "@" in printed["bpftrace"]:
+            break
+    return printed
+
+
+def traced_once(ours: list[str], bpftrace: str, workload: Path, tmp_path: Path, engines: tuple[str, ...]) -> dict[str, str]:
     tracers = {name: start(ours + ["--engine", name], tmp_path / f"{name}.out", tmp_path / f"{name}.err")
                for name in engines}
     try:
@@ -152,7 +166,9 @@ def side_by_side(ours: list[str], bpftrace: str, workload: Path, tmp_path: Path,
     finally:
         for tracer in tracers.values():
             stop(tracer)
-    return {name: (tmp_path / f"{name}.out").read_text() for name in tracers}
+    printed = {name: (tmp_path / f"{name}.out").read_text() for name in tracers}
+    printed["bpftrace status"] = f"exit {tracers['bpftrace'].returncode}, stderr: {(tmp_path / 'bpftrace.err').read_text()}"
+    return printed
 
 
 def test_who_calls_vfs_read_kernel_engine_equals_bpftrace_and_the_user_engine_agrees(workload, tracefs, tmp_path):
