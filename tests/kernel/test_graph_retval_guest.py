@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 from test_graph_guest import kprobe_tui, settings
-from test_stacks_guest import start_bpftrace, static_program, stop
+from test_stacks_guest import start_bpftrace, static_program, stop_bpftrace
 
 pytestmark = pytest.mark.kernel
 
@@ -60,7 +60,7 @@ def test_each_failing_call_marks_where_its_error_came_from_and_bpftrace_sees_tho
     try:
         subprocess.run([str(program)], check=True)
     finally:
-        stop(bpftrace)
+        stop_bpftrace(bpftrace)
     theirs = Counter({(probe, int(value)): int(count) for probe, value, count in
                       re.findall(r"@\[kretprobe:(\w+), (-?\d+)\]: (\d+)", (tmp_path / "bpftrace.out").read_text())})
     print(theirs)

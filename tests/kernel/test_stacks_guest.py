@@ -78,7 +78,7 @@ def start_bpftrace(program: str, tmp_path: Path) -> subprocess.Popen:
     try:
         wait_for(tmp_path / "bpftrace.err", ATTACHED, tracer)
     except BaseException:
-        stop(tracer)
+        stop_bpftrace(tracer)
         raise
     return tracer
 
@@ -98,6 +98,22 @@ def stop(tracer: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(tracer.pid, signal.SIGKILL)
         tracer.wait()
+
+
+def stop_bpftrace(tracer: subprocess.Popen, limit: float = 240) -> None:
+    """bpftrace 0.17 can miss its Ctrl-C: its poll loop leaves only on an interrupted epoll_wait, so a signal that
+    comes as a wait times out (its 100 ms tick) sets the exit flag and nothing reads it (BPFtrace::poll_perf_events
+    at v0.17.0; upstream reads the flag there since 67d4bd7, February 2023), and it runs on until killed, its map
+    never printed. SIGTERM sets the same flag and stays caught while the maps print, so it is sent every few
+    seconds until bpftrace has ended."""
+    deadline = time.monotonic() + limit
+    while tracer.poll() is None and time.monotonic() < deadline:
+        os.killpg(tracer.pid, signal.SIGTERM)
+        try:
+            tracer.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+    stop(tracer)
 
 
 def bpftrace_stacks(text: str) -> Counter:
@@ -164,8 +180,11 @@ def traced_once(ours: list[str], bpftrace: str, workload: Path, tmp_path: Path, 
         subprocess.run([str(workload)], check=True)
         time.sleep(2)
     finally:
-        for tracer in tracers.values():
-            stop(tracer)
+        for name, tracer in tracers.items():
+            if name == "bpftrace":
+                stop_bpftrace(tracer)
+            else:
+                stop(tracer)
     printed = {name: (tmp_path / f"{name}.out").read_text() for name in tracers}
     printed["bpftrace status"] = f"exit {tracers['bpftrace'].returncode}, stderr: {(tmp_path / 'bpftrace.err').read_text()}"
     return printed
