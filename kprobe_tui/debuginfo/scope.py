@@ -391,11 +391,7 @@ class DebugInfo:
         DWARF joins it with its directory); None where no unit or row covers it, or the row's line is 0 (code
         of no line, addr2line's ``?``) or beyond 32 bits (a corrupt table: DWARF's line register is 32-bit)."""
         unit = self._unit_at(address)
-        row = unit.row_covering(address) if unit is not None else None
-        if unit is None or row is None or not 0 < row.line < 1 << 32:
-            return None
-        file = unit.file_name(row.file)
-        return (file, row.line) if file else None
+        return _row_line(unit, address) if unit is not None else None
 
     @one_question_at_a_time
     @reports_corruption(_debug_file)
@@ -403,9 +399,9 @@ class DebugInfo:
         """``addr2line -i -f``, outermost first: (None, where the real function calls its outermost inlined
         copy), then each inlined copy's name and where it calls the next one, the innermost at ``source_line``.
         [] where source_line has nothing."""
-        innermost = self.source_line(address)
         unit = self._unit_at(address)
-        if innermost is None or unit is None:
+        innermost = _row_line(unit, address) if unit is not None else None
+        if unit is None or innermost is None:
             return []
         inlined = self._scopes_at(unit, address)[1:]
         names = [None, *(dw.name_of(die) or "??" for die in inlined)]
@@ -680,6 +676,15 @@ class DebugInfo:
             if found is not None:
                 return found
         return None
+
+
+def _row_line(unit: dw.CUData, address: int) -> tuple[str, int] | None:
+    """The unit's line-table row covering the address as (file, line); None as ``source_line`` says."""
+    row = unit.row_covering(address)
+    if row is None or not 0 < row.line < 1 << 32:
+        return None
+    file = unit.file_name(row.file)
+    return (file, row.line) if file else None
 
 
 def die_children(die):
